@@ -1,0 +1,52 @@
+# flask-tuning-lab: `make lab` runs the staged lab, `make test` the test suite.
+# Both run `setup` first, which is idempotent.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Lab knobs (see README): which stages, seconds measured per stage, Locust users.
+STAGES ?= all
+DURATION ?= 30
+USERS ?= 50
+LAB_ARGS ?=
+
+# Debian/Ubuntu packages the lab runs for real: Redis, Nginx, `ip` (network
+# namespaces), `netstat`, `ps`/`sysctl`.
+SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps
+
+.PHONY: setup system-packages test lab clean
+
+setup: system-packages $(VENV)/.installed
+
+system-packages:
+	@missing=""; \
+	for pair in $(SYSTEM_TOOLS); do \
+	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: installing$$missing with apt-get"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing; \
+	  else \
+	    echo "setup: missing system packages:$$missing"; \
+	    echo "setup: install them, then run make again:  sudo apt-get install$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(VENV)/.installed: requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+test: setup
+	$(PY) -m pytest
+
+lab: setup
+	$(PY) -m benchmarks.lab run --stages $(STAGES) --duration $(DURATION) --users $(USERS) $(LAB_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

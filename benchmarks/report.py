@@ -1,0 +1,129 @@
+"""Write a run's `summary.csv` and `report.md` from its stage folders.
+
+    python -m benchmarks.report [RUN_DIR]     # default: results/latest
+
+Reads each stage folder's `metrics.json` and `checks.json` (written by the lab
+runner), so a report can be rebuilt from a results folder at any time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+from benchmarks import stages
+from benchmarks.metrics import SUMMARY_COLUMNS
+
+TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("p50_ms", "p50 ms"),
+                 ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
+                 ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
+                 ("tw_front_peak", "TW front"), ("client_cpu_peak", "client CPU %"),
+                 ("checks", "checks"))
+
+
+def stage_results(run_dir: Path) -> list[dict]:
+    """[{stage, metrics, checks}] for every stage folder that has metrics, in registry order."""
+    found = []
+    for stage in stages.STAGES:
+        d = run_dir / stage.dirname
+        if (d / "metrics.json").exists():
+            found.append({"stage": stage, "dir": d,
+                          "metrics": json.loads((d / "metrics.json").read_text()),
+                          "checks": json.loads((d / "checks.json").read_text())})
+    return found
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if value % 1 else f"{value:.0f}"
+    return str(value)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    out = []
+    for r in stage_results(run_dir):
+        row = {"stage": r["stage"].dirname}
+        row.update({c: r["metrics"].get(c) for c in SUMMARY_COLUMNS[1:]})
+        passed = sum(c["passed"] for c in r["checks"])
+        row["checks"] = f"{passed}/{len(r['checks'])}"
+        out.append(row)
+    return out
+
+
+def summary_table(run_dir: Path) -> str:
+    """The summary as a Markdown table (also readable on a terminal)."""
+    header = [label for _, label in TABLE_COLUMNS]
+    body = [[_cell(row.get(key)) for key, _ in TABLE_COLUMNS] for row in rows(run_dir)]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep, *(line(b) for b in body)])
+
+
+def checks_section(run_dir: Path) -> str:
+    lines = []
+    for r in stage_results(run_dir):
+        s = r["stage"]
+        lines.append(f"### {s.dirname}: {s.title}\n\nExpected: {s.see}.\n")
+        for c in r["checks"]:
+            mark = "pass" if c["passed"] else "**FAIL**"
+            lines.append(f"- {mark}: `{c['expected']}`, measured `{c['measured']}` "
+                         f"({c['why']})")
+        if (r["metrics"].get("client_cpu_peak") or 0) > 90:
+            lines.append("- note: Locust passed 90% of a core; these numbers measure the "
+                         "client as much as the server")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(run_dir: Path) -> None:
+    """summary.csv and report.md in run_dir."""
+    table = rows(run_dir)
+    with open(run_dir / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(table)
+    info = json.loads((run_dir / "run.json").read_text())
+    params = info.get("parameters", {})
+    text = [
+        f"# Lab run {run_dir.name}",
+        "",
+        f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users, "
+        f"sandbox `{params.get('sandbox')}`; kernel {info.get('kernel')}, "
+        f"{info.get('cores')} cores, commit `{info.get('git_commit')}`.",
+        "",
+        "TW = peak TIME_WAIT sockets of each connection class: `redis` app to Redis, "
+        "`upstream` Nginx to app, `front` client to the entry point. Client CPU = Locust's "
+        "peak, in % of one core. Every figure comes from the files in the stage's folder: "
+        "`locust_stats.csv` (RPS, percentiles, failures), `sampler.csv` (sockets, CPU), "
+        "`metrics.json` (all derived numbers), `checks.json`.",
+        "",
+        summary_table(run_dir),
+        "",
+        "## Checks",
+        "",
+        checks_section(run_dir),
+    ]
+    (run_dir / "report.md").write_text("\n".join(text))
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    run_dir = Path(argv[0]) if argv else stages.ROOT / "results" / "latest"
+    if not (run_dir / "run.json").exists():
+        print(f"report: {run_dir} is not a lab run folder (no run.json); "
+              "run `make lab` first or name a folder under results/")
+        return 2
+    write(run_dir.resolve())
+    print(summary_table(run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

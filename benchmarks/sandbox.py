@@ -1,0 +1,192 @@
+"""Where a stage runs: its own network namespace (default as root), or the host.
+
+A namespace gives every stage an empty socket table (no TIME_WAIT left over
+from the stage before), its own sysctls (`tcp_tw_reuse`, the port range) set
+without touching the host's, and a loopback where the well-known ports are
+free. Everything the stage starts runs inside it, through `prefix()`; on exit
+every process still in it is killed and the namespace is deleted.
+
+Host mode (no root, no `ip`, or `--sandbox host`) runs on 127.0.0.1 with free
+ports, reports the host's sysctls and changes them only when asked to
+(`apply_sysctls=True`), restoring them on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from benchmarks import procs, stages
+
+NS_PREFIX = "ftl-"
+LOOPBACK_NOTE = (
+    "host mode: Linux's default net.ipv4.tcp_tw_reuse=2 reuses TIME_WAIT ports on "
+    "loopback, and the host's port range is wide, so stage 4's port exhaustion may not "
+    "show. Run as root for a namespace per stage, or pass --apply-host-sysctls.")
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def netns_available() -> tuple[bool, str]:
+    """Can this process make network namespaces? (ok, reason if not)."""
+    if os.geteuid() != 0:
+        return False, "not root (network namespaces need root)"
+    if not (shutil.which("ip") or os.path.exists("/usr/sbin/ip") or os.path.exists("/sbin/ip")):
+        return False, "`ip` not found (apt-get install iproute2)"
+    return True, ""
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise SandboxError(f"{' '.join(cmd)} failed: {result.stderr.strip() or result.stdout}")
+    return result
+
+
+def list_lab_namespaces() -> list[str]:
+    out = _run(["ip", "netns", "list"], check=False).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.strip().startswith(NS_PREFIX)]
+
+
+def kill_namespace_processes(name: str) -> None:
+    """TERM, then KILL, whatever still runs inside namespace `name`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = [int(p) for p in _run(["ip", "netns", "pids", name], check=False).stdout.split()]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if not _run(["ip", "netns", "pids", name], check=False).stdout.split():
+                return
+            time.sleep(0.1)
+
+
+def delete_namespace(name: str) -> None:
+    kill_namespace_processes(name)
+    _run(["ip", "netns", "del", name], check=False)
+
+
+def read_sysctls(keys, prefix: list[str] | None = None) -> dict[str, str]:
+    """Current values of `keys`, read where `prefix` runs (a namespace or the host)."""
+    values = {}
+    for key in keys:
+        path = "/proc/sys/" + key.replace(".", "/")
+        result = _run([*(prefix or []), "cat", path], check=False)
+        values[key] = " ".join(result.stdout.split()) if result.returncode == 0 else None
+    return values
+
+
+def write_sysctls(settings: dict[str, str], prefix: list[str] | None = None) -> None:
+    for key, value in settings.items():
+        _run([*(prefix or []), "sysctl", "-q", "-w", f"{key}={value}"])
+
+
+# sysctls every report records, whether a stage sets them or not
+REPORTED_SYSCTLS = ("net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range",
+                    "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_max_tw_buckets",
+                    "net.ipv4.tcp_timestamps", "net.core.somaxconn")
+
+
+class Sandbox:
+    """A stage's place to run. Use as a context manager."""
+
+    def __init__(self, stage: stages.Stage, mode: str = "netns", apply_sysctls: bool = False,
+                 name: str | None = None):
+        if mode not in ("netns", "host"):
+            raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
+        self.stage = stage
+        self.mode = mode
+        self.apply_host_sysctls = apply_sysctls
+        self.name = name or f"{NS_PREFIX}{os.getpid()}-{stage.key}"
+        self._saved: dict[str, str] = {}
+        self.notes: list[str] = []
+        if mode == "netns":
+            self.redis_port, self.app_port, self.front_port = (
+                stages.REDIS_PORT, stages.APP_PORT, stages.FRONT_PORT)
+        else:
+            self.redis_port, self.app_port, self.front_port = (
+                procs.free_port(), procs.free_port(), procs.free_port())
+
+    @property
+    def entry_port(self) -> int:
+        return self.front_port if self.stage.front else self.app_port
+
+    def prefix(self) -> list[str]:
+        """Put this in front of a command to run it inside the sandbox."""
+        return ["ip", "netns", "exec", self.name] if self.mode == "netns" else []
+
+    def __enter__(self) -> Sandbox:
+        wanted = stages.stage_sysctls(self.stage)
+        if self.mode == "netns":
+            if self.name in list_lab_namespaces():
+                delete_namespace(self.name)
+            _run(["ip", "netns", "add", self.name])
+            try:
+                _run(["ip", "-n", self.name, "link", "set", "lo", "up"])
+                write_sysctls(wanted, self.prefix())
+            except BaseException:
+                delete_namespace(self.name)
+                raise
+        else:
+            for port in (self.redis_port, self.app_port, self.front_port):
+                if procs.port_is_taken(port):
+                    raise SandboxError(f"port {port} is taken on 127.0.0.1")
+            current = read_sysctls(wanted)
+            differs = {k: v for k, v in wanted.items() if current.get(k) != v}
+            if differs and self.apply_host_sysctls:
+                self._saved = {k: current[k] for k in differs}
+                write_sysctls(differs)
+                self.notes.append(f"host sysctls changed for this stage (restored after): "
+                                  f"{differs}")
+            elif differs:
+                self.notes.append(f"host sysctls NOT applied (pass --apply-host-sysctls): "
+                                  f"wanted {differs}, host has "
+                                  f"{ {k: current[k] for k in differs} }")
+                self.notes.append(LOOPBACK_NOTE)
+        return self
+
+    def sysctls(self) -> dict[str, str]:
+        keys = dict.fromkeys([*REPORTED_SYSCTLS, *stages.stage_sysctls(self.stage)])
+        return read_sysctls(keys, self.prefix())
+
+    def __exit__(self, *exc) -> None:
+        if self.mode == "netns":
+            delete_namespace(self.name)
+        elif self._saved:
+            write_sysctls(self._saved)
+            self._saved = {}
+
+
+def time_wait_total() -> int:
+    """TIME_WAIT sockets of this network namespace, from /proc/net/sockstat (cheap)."""
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                fields = line.split()
+                return int(fields[fields.index("tw") + 1])
+    return 0
+
+
+def wait_for_time_wait_drain(limit: int, timeout: float = 65.0, say=print) -> int:
+    """Host mode: wait (up to TIME_WAIT's 60 s) until TIME_WAIT is back under `limit`."""
+    deadline = time.monotonic() + timeout
+    tw = time_wait_total()
+    last_report = 0.0
+    while tw > limit and time.monotonic() < deadline:
+        if time.monotonic() - last_report > 10:
+            say(f"  waiting for TIME_WAIT to drain: {tw} sockets (target <= {limit})")
+            last_report = time.monotonic()
+        time.sleep(1)
+        tw = time_wait_total()
+    return tw

@@ -1,0 +1,209 @@
+"""The lab's stages, defined once, as data.
+
+Everything else reads this module: the lab runner (`python -m benchmarks.lab`),
+`lab up`, the tests and the docs checks. A stage says which server runs the
+app, how the app reaches Redis, what (if anything) stands in front, which
+sysctl profiles its network namespace gets, which Locust users load it, and
+what the attendee should see, as checks with thresholds.
+
+Metrics the checks name are computed by `benchmarks/metrics.py`; the
+`*_per_request` ones are TIME_WAIT sockets per request made in the last
+minute (TIME_WAIT lasts 60 s), so ~1 means "one connection opened and closed
+per request" and ~0 means "connections are reused".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Inside a stage's own network namespace nothing else listens, so the lab uses
+# the well-known ports and the exercises can show them as they are.
+REDIS_PORT = 6379
+APP_PORT = 8000
+FRONT_PORT = 8080
+
+# Server commands, with {app_port} filled in. `flask`/`gunicorn` are the
+# venv's (the docs say `source .venv/bin/activate` first).
+BUILTIN = ("flask", "--app", "app", "run", "--host", "127.0.0.1", "--port", "{app_port}")
+GUNICORN_SYNC = ("gunicorn", "-w", "4", "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+# gunicorn 26 removed `-k eventlet`: requirements.txt pins 25.x for this stage.
+GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "10",
+                     "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
+                   "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+
+HTTP_USERS = ("ChatUser",)
+# Socket.IO needs an async worker (a sync worker would be held by each socket).
+ASYNC_USERS = ("ChatUser", "SocketIOChatUser")
+
+
+@dataclass(frozen=True)
+class Check:
+    """An expected phenomenon: `metric op threshold`, with the reason."""
+
+    metric: str
+    op: str  # ">=", "<=" or "=="
+    threshold: float
+    why: str
+
+    def expected(self) -> str:
+        return f"{self.metric} {self.op} {self.threshold:g}"
+
+    def passes(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        return {">=": value >= self.threshold, "<=": value <= self.threshold,
+                "==": value == self.threshold}[self.op]
+
+
+@dataclass(frozen=True)
+class Stage:
+    key: str  # "0".."5"; gevent twins end in "g"
+    slug: str
+    title: str
+    server: tuple[str, ...]
+    redis_mode: str  # "per-request" | "pool"
+    front: str | None  # Nginx config under nginx/, or None
+    sysctl: tuple[str, ...]  # profiles under sysctl/, applied in order
+    users: tuple[str, ...]
+    checks: tuple[Check, ...]
+    see: str  # what the attendee should see, one sentence
+    twin_of: str | None = None
+    env: dict = field(default_factory=dict)
+
+    @property
+    def dirname(self) -> str:
+        """Folder name of this stage inside a results run: `03-eventlet-keepalive`."""
+        return f"{int(self.key.rstrip('g')):02d}{'g' if self.key.endswith('g') else ''}-{self.slug}"
+
+    @property
+    def entry_port(self) -> int:
+        return FRONT_PORT if self.front else APP_PORT
+
+    def server_command(self, app_port: int = APP_PORT) -> list[str]:
+        return [part.format(app_port=app_port) for part in self.server]
+
+    def connection_classes(self, redis_port: int = REDIS_PORT, app_port: int = APP_PORT,
+                           front_port: int = FRONT_PORT) -> dict[str, int]:
+        """The sampler's connection classes: name -> the port that marks them."""
+        if self.front:
+            return {"redis": redis_port, "upstream": app_port, "front": front_port}
+        return {"redis": redis_port, "front": app_port}
+
+
+def _ge(metric, threshold, why):
+    return Check(metric, ">=", threshold, why)
+
+
+def _le(metric, threshold, why):
+    return Check(metric, "<=", threshold, why)
+
+
+def _eq(metric, threshold, why):
+    return Check(metric, "==", threshold, why)
+
+
+REDIS_CHURN = _ge("tw_redis_per_request", 0.5,
+                  "a new Redis connection per request, closed by the app: "
+                  "one TIME_WAIT toward Redis per request")
+REDIS_REUSED = _le("tw_redis_per_request", 0.05,
+                   "the pool reuses its Redis connections: no TIME_WAIT toward Redis")
+REDIS_OPEN = _ge("estab_redis_peak", 1, "the pool's connections stay ESTABLISHED")
+FRONT_CHURN = _ge("tw_front_per_request", 0.5,
+                  "a sync worker answers `Connection: close`: one client connection "
+                  "opened and closed per request")
+FRONT_CLOSE_HEADER = _eq("server_keepalive", 0, "the app answers `Connection: close`")
+FRONT_KEEPALIVE = _eq("server_keepalive", 1, "the app answers `Connection: keep-alive`")
+FRONT_REUSED = _le("tw_front_per_request", 0.05,
+                   "clients keep their connection: no TIME_WAIT on the entry port")
+PORTS_EXHAUSTED = _ge("upstream_ports_in_time_wait", 0.9,
+                      "Nginx closes every upstream connection and holds its local port "
+                      "for 60 s: the narrowed port range fills up")
+EADDRNOTAVAIL = _ge("nginx_eaddrnotavail", 1,
+                    "Nginx logs `(99: Cannot assign requested address)`")
+FAILED = _ge("failures", 1, "requests fail with 502 once no local port is free")
+UPSTREAM_REUSED = _le("tw_upstream_per_request", 0.05,
+                      "Nginx reuses its cached upstream connections: ~0 TIME_WAIT")
+NO_EADDRNOTAVAIL = _eq("nginx_eaddrnotavail", 0, "no connect() failure in Nginx's error log")
+NO_FAILURES = _eq("failures", 0, "every request answered")
+
+STAGES: tuple[Stage, ...] = (
+    Stage("0", "builtin", "Flask's built-in server", BUILTIN, "per-request", None,
+          ("baseline",), HTTP_USERS, (REDIS_CHURN,),
+          "TIME_WAIT toward Redis grows with every request"),
+    Stage("1", "gunicorn-sync", "gunicorn sync workers", GUNICORN_SYNC, "per-request", None,
+          ("baseline",), HTTP_USERS, (REDIS_CHURN, FRONT_CHURN, FRONT_CLOSE_HEADER),
+          "more throughput on 2+ cores; the server closes every client connection"),
+    Stage("2", "connection-pool", "a Redis connection pool", GUNICORN_SYNC, "pool", None,
+          ("baseline",), HTTP_USERS, (REDIS_REUSED, REDIS_OPEN, FRONT_CHURN),
+          "TIME_WAIT toward Redis ~0, a few ESTABLISHED per worker, throughput up"),
+    Stage("3", "eventlet-keepalive", "eventlet workers with keep-alive", GUNICORN_EVENTLET,
+          "pool", None, ("baseline",), ASYNC_USERS,
+          (REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
+          "`Connection: keep-alive`; client-side churn gone"),
+    Stage("3g", "gevent-keepalive", "gevent workers with keep-alive", GUNICORN_GEVENT,
+          "pool", None, ("baseline",), ASYNC_USERS,
+          (REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
+          "the same as stage 3, on gevent", twin_of="3"),
+    Stage("4", "nginx-proxy", "Nginx in front, no upstream keep-alive", GUNICORN_EVENTLET,
+          "pool", "proxy.conf", ("baseline", "narrow-ports"), ASYNC_USERS,
+          (PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
+          "TIME_WAIT between Nginx and the app; local ports run out, "
+          "`(99: Cannot assign requested address)`, 502s"),
+    Stage("4g", "nginx-proxy-gevent", "Nginx in front, no upstream keep-alive (gevent)",
+          GUNICORN_GEVENT, "pool", "proxy.conf", ("baseline", "narrow-ports"), ASYNC_USERS,
+          (PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
+          "the same as stage 4, on gevent", twin_of="4"),
+    Stage("5", "upstream-keepalive", "Nginx upstream keep-alive + tcp_tw_reuse",
+          GUNICORN_EVENTLET, "pool", "upstream-keepalive.conf", ("tuned", "narrow-ports"),
+          ASYNC_USERS, (UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
+          "errors gone, Nginx-to-app TIME_WAIT ~0"),
+    Stage("5g", "upstream-keepalive-gevent", "Nginx upstream keep-alive + tcp_tw_reuse (gevent)",
+          GUNICORN_GEVENT, "pool", "upstream-keepalive.conf", ("tuned", "narrow-ports"),
+          ASYNC_USERS, (UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
+          "the same as stage 5, on gevent", twin_of="5"),
+)
+
+BY_KEY = {s.key: s for s in STAGES}
+BY_SLUG = {s.slug: s for s in STAGES}
+
+
+def get(name: str) -> Stage:
+    """A stage by key (`3`, `3g`) or slug (`eventlet-keepalive`)."""
+    stage = BY_KEY.get(name) or BY_SLUG.get(name)
+    if stage is None:
+        known = ", ".join(f"{s.key} ({s.slug})" for s in STAGES)
+        raise KeyError(f"unknown stage {name!r}; known stages: {known}")
+    return stage
+
+
+def select(spec: str) -> list[Stage]:
+    """`all`, or a comma/space separated list of keys or slugs, in registry order."""
+    if spec.strip() in ("", "all"):
+        return list(STAGES)
+    wanted = {get(part).key for part in spec.replace(",", " ").split()}
+    return [s for s in STAGES if s.key in wanted]
+
+
+def sysctl_profile(name: str) -> dict[str, str]:
+    """`key = value` lines of sysctl/<name>.conf, in order (sysctl.d format)."""
+    settings: dict[str, str] = {}
+    path = ROOT / "sysctl" / f"{name}.conf"
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, _, value = line.partition("=")
+        settings[key.strip()] = " ".join(value.split())
+    return settings
+
+
+def stage_sysctls(stage: Stage) -> dict[str, str]:
+    """The stage's sysctls: its profiles merged in order (later wins)."""
+    merged: dict[str, str] = {}
+    for name in stage.sysctl:
+        merged.update(sysctl_profile(name))
+    return merged
