@@ -1,0 +1,29 @@
+"""The chat service: a Redis-backed Flask app with a Socket.IO layer.
+
+``create_app()`` builds it; ``app.wsgi:app`` is the WSGI entry for gunicorn
+and ``flask --app app ...`` finds the factory here. Settings: see settings.py.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from . import auth, errors, health, realtime, redis_store, rooms, seed, settings, users
+
+
+def create_app(test_config: dict | None = None) -> Flask:
+    """Build the app: defaults, then FLASK_* environment, then `test_config`."""
+    app = Flask(__name__)
+    app.config.from_mapping(settings.DEFAULTS)
+    app.config.from_prefixed_env()  # FLASK_REDIS_URL -> REDIS_URL, ...
+    if test_config:
+        app.config.from_mapping(test_config)
+    settings.validate(app.config, app.logger)
+
+    errors.init_app(app)
+    redis_store.init_app(app)
+    for blueprint in (auth.bp, users.bp, rooms.bp, health.bp):
+        app.register_blueprint(blueprint)
+    seed.init_app(app)
+    realtime.init_app(app)
+    return app

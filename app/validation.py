@@ -1,0 +1,117 @@
+"""Reading and checking client input; every failure is a 4xx, never a 500."""
+
+from __future__ import annotations
+
+import re
+
+from flask import abort, current_app, request
+from werkzeug.exceptions import BadRequest
+
+# Deliberately loose (one @, a dot in the domain, no spaces): the service
+# never sends mail, it only needs a stable, sane login name.
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+EMAIL_MAX_LENGTH = 254
+USERNAME_MAX_LENGTH = 64
+PASSWORD_MAX_LENGTH = 256
+
+
+def json_body() -> dict:
+    """The request body as a JSON object (400 otherwise, 413 if too large)."""
+    try:
+        # force: accept a JSON body whatever the Content-Type (load tools
+        # are not always careful); a malformed body raises BadRequest.
+        data = request.get_json(force=True)
+    except BadRequest:
+        abort(400, "request body must be valid JSON")
+    except RecursionError:  # "[[[[..." nested deeper than the parser's stack
+        abort(400, "request body is nested too deeply")
+    if not isinstance(data, dict):
+        abort(400, "request body must be a JSON object")
+    return data
+
+
+def require_str(data: dict, name: str, max_length: int | None = None) -> str:
+    """A non-blank string field; too long is 400 unless the caller checks itself."""
+    if name not in data or data[name] is None:
+        abort(400, f"missing field '{name}'")
+    value = data[name]
+    if not isinstance(value, str):
+        abort(400, f"'{name}' must be a string")
+    if not value.strip():
+        abort(400, f"'{name}' must not be empty")
+    try:
+        # JSON may carry lone surrogates ("\ud800") that cannot be stored.
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        abort(400, f"'{name}' is not valid text")
+    if max_length is not None and len(value) > max_length:
+        abort(400, f"'{name}' is longer than {max_length} characters")
+    return value
+
+
+def parse_id(value) -> int | None:
+    """A positive integer id from an int or a string of digits, else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        number = int(value)
+        return number if number > 0 else None
+    return None
+
+
+def require_id(data: dict, name: str) -> int:
+    if name not in data or data[name] is None:
+        abort(400, f"missing field '{name}'")
+    number = parse_id(data[name])
+    if number is None:
+        abort(400, f"'{name}' must be a positive integer id")
+    return number
+
+
+def normalize_email(value: str) -> str | None:
+    """Lower-cased, stripped email, or None when it does not look like one."""
+    email = value.strip().lower()
+    if len(email) > EMAIL_MAX_LENGTH or not EMAIL_RE.match(email):
+        return None
+    return email
+
+
+def require_email(data: dict, name: str = "email") -> str:
+    email = normalize_email(require_str(data, name))
+    if email is None:
+        abort(400, f"'{name}' is not a valid email address")
+    return email
+
+
+def require_password(data: dict) -> str:
+    password = require_str(data, "password", max_length=PASSWORD_MAX_LENGTH)
+    minimum = current_app.config["PASSWORD_MIN_LENGTH"]
+    if len(password) < minimum:
+        abort(400, f"'password' must have at least {minimum} characters")
+    return password
+
+
+def check_content(data) -> str:
+    """Message content: a non-blank string; over MESSAGE_MAX_LENGTH is 413.
+
+    413 (not 400) because the input is well-formed, only too large: the
+    same answer as for an oversized request body.
+    """
+    if not isinstance(data, dict):
+        abort(400, "payload must be a JSON object")
+    content = require_str(data, "content")
+    maximum = current_app.config["MESSAGE_MAX_LENGTH"]
+    if len(content) > maximum:
+        abort(413, f"'content' is longer than {maximum} characters")
+    return content
+
+
+def parse_limit(default: int = 50, maximum: int = 200) -> int:
+    raw = request.args.get("limit")
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= maximum:
+        abort(400, f"'limit' must be an integer from 1 to {maximum}")
+    return int(raw)

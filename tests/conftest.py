@@ -1,0 +1,179 @@
+"""Shared fixtures for the chat service's tests: a real Redis, the app, users.
+
+No mocks: a real redis-server (started with benchmarks/procs.py) backs every
+test, and the database is flushed before each test that uses the app.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import redis
+
+from app import create_app, redis_store
+from benchmarks import procs
+
+SECRET = "test-secret-key-not-for-production"
+PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture(scope="session")
+def redis_port(tmp_path_factory):
+    """Port of a real redis-server for the whole session (fails loudly without one)."""
+    try:
+        procs.require_binary("redis-server", procs.REDIS_HINT)
+    except procs.ServiceError as e:
+        pytest.fail(f"these tests need a real Redis: {e}", pytrace=False)
+    with procs.redis_server(tmp_path_factory.mktemp("redis")) as port:
+        yield port
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_port):
+    return f"redis://127.0.0.1:{redis_port}/0"
+
+
+@pytest.fixture
+def redis_client(redis_url):
+    """A direct client, for preparing and checking data behind the app's back."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+class RedisProcess:
+    """A private redis-server that a test may stop and restart on the same port."""
+
+    def __init__(self, workdir):
+        self.workdir, self.port, self.proc = workdir, procs.free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self):
+        self.proc = procs.start(procs.redis_command(self.port, self.workdir),
+                                log=self.workdir / "redis.log")
+        procs.wait_for_port(self.port, proc=self.proc, timeout=10)
+
+    def stop(self):
+        procs.stop(self.proc)
+        self.proc = None
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    server = RedisProcess(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def make_config(redis_url: str, **overrides) -> dict:
+    config = {
+        "TESTING": True,
+        "SECRET_KEY": SECRET,
+        "REDIS_URL": redis_url,
+        # Flask-SocketIO's test client refuses to run with a message queue;
+        # the queue itself is tested against real gunicorn workers.
+        "SOCKETIO_MESSAGE_QUEUE": False,
+        # scrypt costs ~0.1 s per hash on a busy 2-core box; one test checks
+        # that the default is scrypt.
+        "PASSWORD_HASH_METHOD": "pbkdf2:sha256:1000",
+    }
+    config.update(overrides)
+    return config
+
+
+@pytest.fixture
+def make_app(redis_url, redis_client):
+    """``make_app(**config_overrides)``: apps on the flushed test database."""
+    apps = []
+
+    def make(redis_url=redis_url, **overrides):
+        app = create_app(make_config(redis_url, **overrides))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        redis_store.close_pool(app)  # or its sockets linger until garbage collection
+
+
+@pytest.fixture
+def app(make_app):
+    """The app in its default (pool) mode, on a freshly flushed database."""
+    return make_app()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+class User:
+    """A registered, logged-in user: ids and ready-made auth headers."""
+
+    def __init__(self, id: int, email: str, username: str, token: str):
+        self.id, self.email, self.username, self.token = id, email, username, token
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+
+class AuthActions:
+    """Register and log in users through the HTTP API (like flaskr's AuthActions)."""
+
+    _numbers = itertools.count(1)
+    password = PASSWORD
+
+    def __init__(self, client):
+        self._client = client
+
+    def register(self, email: str, password: str = PASSWORD, username: str = "someone"):
+        return self._client.post("/auth/register", json={
+            "email": email, "password": password, "username": username})
+
+    def login(self, email: str, password: str = PASSWORD):
+        return self._client.post("/auth/login", json={"email": email, "password": password})
+
+    def user(self, name: str | None = None) -> User:
+        """A new user, registered and logged in."""
+        name = name or f"user{next(self._numbers)}"
+        email = f"{name}@example.test"
+        response = self.register(email, username=name)
+        assert response.status_code == 201, response.get_json()
+        login = self.login(email)
+        assert login.status_code == 200, login.get_json()
+        return User(response.get_json()["id"], email, name, login.get_json()["access_token"])
+
+    def friends(self, a: User, b: User) -> int:
+        """Make a and b friends and return the id of their room."""
+        assert self._client.post("/users/friends", json={"friendId": b.id},
+                                 headers=a.headers).status_code in (200, 201)
+        response = self._client.post("/rooms/find-or-create", json={"friendId": b.id},
+                                     headers=a.headers)
+        assert response.status_code == 200, response.get_json()
+        return response.get_json()["roomId"]
+
+
+@pytest.fixture
+def auth(client):
+    return AuthActions(client)
+
+
+def _assert_error(response, status: int, code: str | None = None) -> dict:
+    """The response is a JSON error {error, message} with this status."""
+    assert response.status_code == status, (response.status_code, response.get_data(as_text=True))
+    assert response.is_json, response.get_data(as_text=True)
+    body = response.get_json()
+    assert set(body) >= {"error", "message"}, body
+    assert isinstance(body["error"], str) and isinstance(body["message"], str)
+    if code:
+        assert body["error"] == code, body
+    return body
+
+
+@pytest.fixture
+def assert_error():
+    """``assert_error(response, status, code=None)`` -> the error body."""
+    return _assert_error

@@ -1,0 +1,119 @@
+"""The factory's settings: defaults, FLASK_* environment, start-up errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+import redis
+
+from app import create_app
+from app.settings import INSECURE_DEV_SECRET_KEY, ConfigError
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """No FLASK_* setting from the caller's shell may leak into these tests."""
+    for name in list(os.environ):
+        if name.startswith("FLASK_"):
+            monkeypatch.delenv(name)
+
+
+def test_missing_secret_key_is_a_clear_error():
+    with pytest.raises(ConfigError, match="FLASK_SECRET_KEY"):
+        create_app()
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes"])
+def test_dev_mode_uses_labelled_insecure_key(monkeypatch, caplog, value):
+    monkeypatch.setenv("FLASK_DEV_MODE", value)
+    with caplog.at_level(logging.WARNING):
+        app = create_app()
+    assert app.config["SECRET_KEY"] == INSECURE_DEV_SECRET_KEY
+    assert "insecure" in app.config["SECRET_KEY"].lower()
+    assert any("INSECURE" in r.getMessage() for r in caplog.records)
+
+
+def test_dev_mode_off_still_requires_key(monkeypatch):
+    monkeypatch.setenv("FLASK_DEV_MODE", "0")
+    with pytest.raises(ConfigError, match="FLASK_SECRET_KEY"):
+        create_app()
+
+
+def test_settings_come_from_prefixed_env(monkeypatch):
+    monkeypatch.setenv("FLASK_SECRET_KEY", "12345")  # JSON-parsed to an int by Flask
+    monkeypatch.setenv("FLASK_REDIS_URL", "redis://127.0.0.1:1/3")
+    monkeypatch.setenv("FLASK_REDIS_MODE", "per-request")
+    monkeypatch.setenv("FLASK_REDIS_POOL_SIZE", "7")
+    monkeypatch.setenv("FLASK_MESSAGE_MAX_LENGTH", "99")
+    config = create_app().config
+    assert config["SECRET_KEY"] == "12345"
+    assert config["REDIS_URL"] == "redis://127.0.0.1:1/3"
+    assert config["REDIS_MODE"] == "per-request"
+    assert config["REDIS_POOL_SIZE"] == 7
+    assert config["MESSAGE_MAX_LENGTH"] == 99
+
+
+def test_test_config_wins_over_env(monkeypatch):
+    monkeypatch.setenv("FLASK_SECRET_KEY", "from-env")
+    monkeypatch.setenv("FLASK_REDIS_MODE", "per-request")
+    app = create_app({"REDIS_MODE": "pool"})
+    assert app.config["REDIS_MODE"] == "pool" and app.config["SECRET_KEY"] == "from-env"
+
+
+def test_defaults():
+    config = create_app({"SECRET_KEY": "k"}).config
+    assert config["REDIS_URL"] == "redis://127.0.0.1:6379/0"
+    assert config["REDIS_MODE"] == "pool"
+    assert config["REDIS_POOL_SIZE"] == 50
+    assert config["MESSAGE_MAX_LENGTH"] == 2000
+    assert config["MAX_CONTENT_LENGTH"] == 64 * 1024
+    assert config["PASSWORD_HASH_METHOD"] == "scrypt"
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"REDIS_MODE": "shared"}, "REDIS_MODE"),
+    ({"REDIS_MODE": None}, "REDIS_MODE"),
+    ({"REDIS_POOL_SIZE": 0}, "REDIS_POOL_SIZE"),
+    ({"REDIS_POOL_SIZE": "many"}, "REDIS_POOL_SIZE"),
+    ({"REDIS_SOCKET_TIMEOUT": -1}, "REDIS_SOCKET_TIMEOUT"),
+    ({"MESSAGE_MAX_LENGTH": True}, "MESSAGE_MAX_LENGTH"),
+    ({"PASSWORD_HASH_METHOD": "plain"}, "PASSWORD_HASH_METHOD"),
+    ({"REDIS_URL": ""}, "REDIS_URL"),
+])
+def test_bad_settings_fail_at_start_up(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        create_app({"SECRET_KEY": "k", **overrides})
+
+
+def test_async_mode_is_threading_when_nothing_is_patched():
+    app = create_app({"SECRET_KEY": "k"})
+    assert app.extensions["socketio"].async_mode == "threading"
+
+
+def test_socketio_uses_the_redis_message_queue_by_default(redis_url, redis_client):
+    """By default every broadcast goes through Redis pub/sub (all workers see it)."""
+    from socketio import RedisManager
+    app = create_app({"SECRET_KEY": "k", "REDIS_URL": redis_url})
+    manager = app.extensions["socketio"].server.manager
+    assert isinstance(manager, RedisManager) and manager.redis_url == redis_url
+    listener = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5)
+    pubsub = listener.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(manager.channel)
+    try:
+        with app.app_context():
+            from app.realtime import broadcast_message
+            broadcast_message({"id": 1, "roomId": 7, "userId": 1, "username": "u",
+                               "content": "queued", "ts": 0})
+        deadline, message = time.monotonic() + 5, None
+        while message is None and time.monotonic() < deadline:
+            # None also for the (ignored) subscribe confirmation: keep reading.
+            message = pubsub.get_message(timeout=1)
+        assert message and "queued" in message["data"] and "room:7" in message["data"]
+    finally:
+        pubsub.close()
+        listener.close()
+        if manager.redis is not None:
+            manager.redis.close()

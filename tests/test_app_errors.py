@@ -1,0 +1,128 @@
+"""Bad input of every kind gets a JSON 4xx, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+# Every route that reads a JSON body, with a valid body for it. "{room}" and
+# "{friend}" are filled in per test.
+JSON_ROUTES = {
+    "register": ("/auth/register", {"email": "new@example.test", "password": "long-enough-pw",
+                                    "username": "new"}),
+    "login": ("/auth/login", {"email": "x@example.test", "password": "whatever-pw"}),
+    "add-friend": ("/users/friends", {"friendId": "{friend}"}),
+    "find-or-create": ("/rooms/find-or-create", {"friendId": "{friend}"}),
+    "post-message": ("/rooms/{room}/messages", {"content": "hello"}),
+}
+
+
+@pytest.fixture
+def world(auth):
+    """A user with a friend and their room; returns a function that fills placeholders."""
+    a, b = auth.user(), auth.user()
+    room = auth.friends(a, b)
+
+    def fill(route):
+        path, body = JSON_ROUTES[route]
+        body = {k: (b.id if v == "{friend}" else v) for k, v in body.items()}
+        return path.replace("{room}", str(room)), body, a.headers
+    return fill
+
+
+def _without(body, field):
+    return {k: v for k, v in body.items() if k != field}
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES)
+@pytest.mark.parametrize("raw", [b"", b"{", b"not json", b"\xff\xfe", b"[1, 2]", b'"text"',
+                                 b"null", b"42",
+                                 pytest.param(b"[" * 30000, id="deep-array"),
+                                 pytest.param(b'{"a":' * 10000, id="deep-object")])
+def test_malformed_or_non_object_body_is_400(client, world, assert_error, route, raw):
+    path, _, headers = world(route)
+    response = client.post(path, data=raw, headers={**headers,
+                                                    "Content-Type": "application/json"})
+    assert_error(response, 400, "bad_request")
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES)
+def test_missing_fields_are_400(client, world, assert_error, route):
+    path, body, headers = world(route)
+    for field in body:
+        body_without = _without(body, field)
+        message = assert_error(client.post(path, json=body_without, headers=headers),
+                               400, "bad_request")["message"]
+        assert field in message
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES)
+@pytest.mark.parametrize("bad", [123, 1.5, True, ["x"], {"x": 1}, None])
+def test_wrong_types_are_400(client, world, assert_error, route, bad):
+    path, body, headers = world(route)
+    for field in body:
+        if isinstance(bad, int) and not isinstance(bad, bool) and field == "friendId":
+            continue  # an int is the right type there (an unknown id is a 404)
+        response = client.post(path, json={**body, field: bad}, headers=headers)
+        assert_error(response, 400, "bad_request")
+
+
+@pytest.mark.parametrize("route, field, value", [
+    ("register", "email", "not-an-email"),
+    ("register", "email", "a@b"),
+    ("register", "email", "two@@example.test"),
+    ("register", "email", "sp ace@example.test"),
+    ("register", "email", "x" * 250 + "@example.test"),
+    ("register", "email", "   "),
+    ("register", "username", ""),
+    ("register", "username", "   "),
+    ("register", "username", "u" * 65),
+    ("register", "password", "short"),
+    ("register", "password", "p" * 257),
+    ("register", "password", "\ud800lone-surrogate"),
+    ("login", "email", "not-an-email"),
+    ("login", "password", ""),
+    ("add-friend", "friendId", 0),
+    ("add-friend", "friendId", -3),
+    ("add-friend", "friendId", "abc"),
+    ("add-friend", "friendId", "1e3"),
+    ("find-or-create", "friendId", "9" * 40),
+    ("post-message", "content", ""),
+    ("post-message", "content", "  \n\t "),
+    ("post-message", "content", "\udfff"),
+])
+def test_bad_values_are_400(client, world, assert_error, route, field, value):
+    path, body, headers = world(route)
+    assert_error(client.post(path, json={**body, field: value}, headers=headers),
+                 400, "bad_request")
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES)
+def test_oversized_body_is_413(client, world, app, assert_error, route):
+    path, body, headers = world(route)
+    filler = "x" * (app.config["MAX_CONTENT_LENGTH"] + 1)
+    response = client.post(path, json={**body, "filler": filler}, headers=headers)
+    assert_error(response, 413, "payload_too_large")
+
+
+def test_body_without_json_content_type_is_accepted(client):
+    """Load tools do not always set Content-Type; a JSON body is read anyway."""
+    response = client.post("/auth/register", data=b'{"email": "ct@example.test", '
+                           b'"password": "long-enough-pw", "username": "ct"}',
+                           headers={"Content-Type": "text/plain"})
+    assert response.status_code == 201
+
+
+@pytest.mark.parametrize("path", ["/", "/nope", "/users", "/rooms/1", "/auth", "/kv/"])
+def test_unknown_route_is_json_404(client, assert_error, path):
+    assert_error(client.get(path), 404, "not_found")
+
+
+@pytest.mark.parametrize("method, path", [
+    ("get", "/auth/register"), ("get", "/auth/login"), ("delete", "/users/me"),
+    ("put", "/users/friends"), ("get", "/rooms/find-or-create"),
+    ("delete", "/rooms/1/messages"), ("post", "/healthz"), ("post", "/kv/a"),
+])
+def test_wrong_method_is_json_405(client, assert_error, method, path):
+    response = getattr(client, method)(path)
+    assert_error(response, 405, "method_not_allowed")
+    assert response.headers.get("Allow")

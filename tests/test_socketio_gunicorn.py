@@ -1,0 +1,144 @@
+"""Real gunicorn, 2 eventlet or 2 gevent workers, real python-socketio clients.
+
+Websocket transport only, so no sticky sessions are needed. Members of one
+room are spread over both workers; a message sent through one worker must
+reach the members held by the other, carried by the Redis message queue.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+import socketio
+
+from benchmarks import procs
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 10  # seconds, for every network wait in this file
+
+
+class Server:
+    def __init__(self, worker: str, port: int, log: Path):
+        self.worker, self.port, self.log = worker, port, log
+        self.base = f"http://127.0.0.1:{port}"
+
+    def post(self, path, body, token=None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return requests.post(self.base + path, json=body, headers=headers, timeout=TIMEOUT)
+
+    def user(self, name: str) -> dict:
+        """Register and log in a user unique to this run; {id, token}."""
+        email = f"{name}-{uuid.uuid4().hex[:8]}@example.test"
+        registered = self.post("/auth/register", {"email": email, "username": name,
+                                                  "password": "long-enough-pw"})
+        assert registered.status_code == 201, registered.text
+        login = self.post("/auth/login", {"email": email, "password": "long-enough-pw"})
+        return {"id": registered.json()["id"], "token": login.json()["access_token"]}
+
+    def room(self, a: dict, b: dict) -> int:
+        assert self.post("/users/friends", {"friendId": b["id"]}, a["token"]).ok
+        return self.post("/rooms/find-or-create", {"friendId": b["id"]},
+                         a["token"]).json()["roomId"]
+
+    def socket(self, token: str | None) -> socketio.SimpleClient:
+        client = socketio.SimpleClient()
+        client.connect(self.base, auth={"token": token} if token else None,
+                       transports=["websocket"], wait_timeout=TIMEOUT)
+        return client
+
+
+@pytest.fixture(scope="module", params=["eventlet", "gevent"])
+def server(request, redis_url, tmp_path_factory):
+    worker = request.param
+    port = procs.free_port()
+    log = tmp_path_factory.mktemp(f"gunicorn-{worker}") / "gunicorn.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASK_")}
+    env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret")
+    cmd = [sys.executable, "-m", "gunicorn", "-k", worker, "-w", "2",
+           "-b", f"127.0.0.1:{port}", "--graceful-timeout", "3", "--timeout", "30",
+           # gunicorn 25 otherwise opens a control socket at a fixed path in
+           # $HOME, which a second gunicorn on the same machine would fight over.
+           "--no-control-socket", "app.wsgi:app"]
+    proc = procs.start(cmd, log=log, env=env, cwd=ROOT)
+    try:
+        procs.wait_for_port(port, proc=proc, timeout=30)
+        yield Server(worker, port, log)
+    finally:
+        procs.stop(proc, timeout=10)
+    assert proc.poll() is not None, "gunicorn did not stop"
+
+
+def test_workers_pick_the_matching_async_mode(server):
+    health = requests.get(server.base + "/healthz", timeout=TIMEOUT).json()
+    assert health["status"] == "ok" and health["asyncMode"] == server.worker
+    assert health["pid"] != os.getpid()
+
+
+def test_connect_without_valid_token_is_refused(server):
+    for token in (None, "forged.token.value"):
+        with pytest.raises(socketio.exceptions.ConnectionError):
+            server.socket(token)
+
+
+def _members_on_both_workers(server, users, room, max_clients=16):
+    """Join clients (alternating users) until both worker pids hold a member."""
+    members = []  # (client, user, pid)
+    for i in range(max_clients):
+        user = users[i % 2]
+        client = server.socket(user["token"])
+        ack = client.call("joinRoom", {"roomId": room}, timeout=TIMEOUT)
+        assert ack.get("ok") is True, ack
+        members.append((client, user, ack["pid"]))
+        if len({pid for _, _, pid in members}) >= 2 and i >= 3:
+            break
+    return members
+
+
+def _next_message(client, timeout=TIMEOUT) -> dict:
+    event, data = client.receive(timeout=timeout)
+    assert event == "newMessage", (event, data)
+    return data
+
+
+def test_broadcast_reaches_members_on_the_other_worker(server):
+    a, b = server.user("ann"), server.user("bob")
+    room = server.room(a, b)
+    members = _members_on_both_workers(server, (a, b), room)
+    try:
+        pids = {pid for _, _, pid in members}
+        assert len(pids) == 2, f"all {len(members)} clients landed on worker(s) {pids}"
+        sender, sender_user, sender_pid = members[0]
+        ack = sender.call("sendMessage", {"content": f"over the queue ({server.worker})"},
+                          timeout=TIMEOUT)
+        assert set(ack) == {"id", "ts"}, ack
+        for client, _, _ in members:
+            message = _next_message(client)
+            assert message["id"] == ack["id"] and message["roomId"] == room
+            assert message["userId"] == sender_user["id"] and message["ts"] == ack["ts"]
+        assert any(pid != sender_pid for _, _, pid in members)  # crossed workers
+
+        # The same for a message posted over HTTP (whichever worker takes it).
+        posted = server.post(f"/rooms/{room}/messages", {"content": "via http"}, b["token"])
+        assert posted.status_code == 201
+        for client, _, _ in members:
+            assert _next_message(client)["id"] == posted.json()["id"]
+    finally:
+        for client, _, _ in members:
+            client.disconnect()
+
+
+def test_ack_errors_on_a_real_server(server):
+    a, outsider = server.user("amy"), server.user("eve")
+    room = server.room(a, server.user("ben"))
+    client = server.socket(outsider["token"])
+    try:
+        assert client.call("joinRoom", {"roomId": room}, timeout=TIMEOUT)["error"] == "forbidden"
+        assert client.call("sendMessage", {"roomId": room, "content": "x"},
+                           timeout=TIMEOUT)["error"] == "forbidden"
+    finally:
+        client.disconnect()
