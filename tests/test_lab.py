@@ -8,7 +8,6 @@ namespaces, then its checks are read back from the results folder. Needs root
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -36,6 +35,16 @@ def leftovers(marker: str) -> list[str]:
         out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
         found += [line for line in out.splitlines() if "pgrep" not in line]
     return found
+
+
+def ctrl_c(proc: subprocess.Popen) -> str:
+    """Send SIGINT as a terminal's Ctrl-C would; the rest of the output."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]
 
 
 @pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.front], ids=lambda s: s.key)
@@ -171,12 +180,7 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
                    timeout=30)
         assert curl.stdout.strip() == "200", curl.stderr
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest = proc.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest = proc.communicate()[0]
+        rest = ctrl_c(proc)
     assert proc.returncode == 130, rest
     assert "interrupted" in rest
     assert set(sandbox.list_lab_namespaces()) <= before
@@ -201,12 +205,7 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path):
         time.sleep(3)
         assert len(set(sandbox.list_lab_namespaces()) - before) == 1
     finally:
-        os.kill(proc.pid, signal.SIGINT)
-        try:
-            rest = proc.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rest = proc.communicate()[0]
+        rest = ctrl_c(proc)
     assert proc.returncode == 130, rest
     assert set(sandbox.list_lab_namespaces()) <= before
     assert leftovers(str(results)) == []

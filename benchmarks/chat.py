@@ -1,0 +1,381 @@
+"""The chat service under load: the lab's Locust scenario.
+
+What it teaches: how a realistic mix of chat traffic (log in once, then read
+a room's history, post, list friends, ...) and long-lived Socket.IO
+connections load each stage of the stack, and, with `KeyValueUser`, the
+book's one-URL SET+GET benchmark for comparison with its siege figures
+(413 trans/s on the built-in server, 419 on gunicorn `-w 4`, 683 with a
+Redis connection pool).
+
+Run it against any running instance (it never imports the app):
+
+    locust -f benchmarks/chat.py --host http://127.0.0.1:8000
+
+    locust -f benchmarks/chat.py --host http://127.0.0.1:8000 \\
+        --headless -u 50 -r 10 -t 30s --csv results/chat ChatUser SocketIOChatUser
+
+Name the user classes to run on the command line: the lab always does. The
+classes have plain weights (4, 1, 1), so without names all three run, the
+benchmark endpoint included; `KeyValueUser` alone is the book's benchmark:
+
+    locust -f benchmarks/chat.py --host http://127.0.0.1:8000 \\
+        --headless -u 20 -r 20 -t 30s KeyValueUser
+
+- `ChatUser`: HTTP chat traffic, weighted tasks, responses validated.
+- `SocketIOChatUser`: one Socket.IO connection (websocket transport only, so
+  no sticky sessions are needed behind several gunicorn workers) that joins
+  a room and sends messages; each ack's round trip is a `WSIO sendMessage`
+  request in Locust's stats.
+- `KeyValueUser`: `GET /kv/<key>` (SET then GET in Redis), no wait between
+  requests, like siege's benchmark mode: the number of users is siege's `-c`.
+
+Every chat user logs in once when it starts, and the app's password check
+costs tens of milliseconds of CPU by design: the first seconds of a run are a
+login burst. Warm up before recording (the lab does). With no think time,
+`KeyValueUser` can keep Locust itself at 100% of a core: watch its CPU.
+
+A step load that finds the saturation point lives in `step_load.py`:
+`locust -f benchmarks/chat.py,benchmarks/step_load.py --headless ChatUser`.
+Debug one scenario in-process: `python benchmarks/chat.py` (runs one ChatUser
+against CHAT_HOST).
+
+Environment:
+- CHAT_USERS_FILE: JSON list of `{email, password, ...}` written by
+  `flask --app app seed-users --out FILE`. Each simulated user logs in as the
+  next entry, cycling (per Locust process). Unset: each simulated user
+  registers a fresh account (and a friend when it has none).
+- CHAT_WAIT_MIN, CHAT_WAIT_MAX: seconds a chat user waits between tasks
+  (default 0.05 and 0.2: heavy load, but still a think time).
+- CHAT_HOST: the default host when no `--host` is given
+  (default http://127.0.0.1:8000, the lab's app port).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from locust import FastHttpUser, between, constant, run_single_user, task
+
+# isort: split
+# After locust, whose import monkey-patches the standard library for gevent:
+# socketio pulls in requests and ssl, which must come after the patching
+# (else `python benchmarks/chat.py` dies in a RecursionError).
+import socketio
+
+HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
+WAIT_MIN = float(os.environ.get("CHAT_WAIT_MIN", "0.05"))
+WAIT_MAX = max(WAIT_MIN, float(os.environ.get("CHAT_WAIT_MAX", "0.2")))
+HISTORY_LIMIT = 20
+SOCKET_TIMEOUT = 10  # seconds for a Socket.IO connect or ack
+PASSWORD = "load-test-password"
+
+
+@dataclass
+class Chat:
+    """A signed-in simulated user: token, own record, one friend, their room."""
+
+    token: str
+    user: dict
+    friend: dict
+    room_id: str
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+_seeded: list[dict] | None = None
+_next_seeded = itertools.count()
+
+
+def seeded_users() -> list[dict]:
+    """The CHAT_USERS_FILE entries (read once), or [] when it is not set."""
+    global _seeded
+    if _seeded is None:
+        path = os.environ.get("CHAT_USERS_FILE")
+        if not path:
+            _seeded = []
+        else:
+            data = json.loads(Path(path).read_text())
+            _seeded = data["users"] if isinstance(data, dict) else data
+            if not _seeded:
+                raise ValueError(f"CHAT_USERS_FILE={path} holds no users")
+    return _seeded
+
+
+def expect(response, status: int, *keys: str):
+    """The JSON body if `response` has `status` and `keys`; else mark it failed, None."""
+    if response.status_code != status:
+        text = (response.text or "").strip()[:200]
+        response.failure(f"expected {status}, got {response.status_code}: {text}")
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        response.failure(f"not JSON: {(response.text or '').strip()[:200]}")
+        return None
+    missing = [k for k in keys if not isinstance(body, dict) or k not in body]
+    if missing:
+        response.failure(f"missing {', '.join(missing)} in {str(body)[:200]}")
+        return None
+    return body
+
+
+def register(client, prefix: str = "load") -> dict | None:
+    """A fresh unique account: `{email, password, id, username}`, or None."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    account = {"email": f"{name}@example.test", "password": PASSWORD, "username": name}
+    with client.post("/auth/register", json=account, catch_response=True) as r:
+        body = expect(r, 201, "id", "email", "username")
+    return body and {**account, "id": body["id"]}
+
+
+def open_chat(client) -> Chat | None:
+    """Log in (seeded account or a fresh one), find a friend, find-or-create their room.
+
+    Every request is recorded in Locust's stats; on any failure the failure
+    is recorded there too and None is returned (the caller tries again later).
+    """
+    users = seeded_users()
+    account = users[next(_next_seeded) % len(users)] if users else register(client)
+    if not account:
+        return None
+    creds = {"email": account["email"], "password": account["password"]}
+    with client.post("/auth/login", json=creds, catch_response=True) as r:
+        body = expect(r, 200, "access_token", "user")
+    if not body:
+        return None
+    token, user = body["access_token"], body["user"]
+    headers = {"Authorization": f"Bearer {token}"}
+
+    with client.get("/users/friends", headers=headers, catch_response=True) as r:
+        body = expect(r, 200, "friends")
+    if body is None:
+        return None
+    friends = body["friends"]
+    if friends:
+        friend = random.choice(friends)
+    else:  # make one: a fresh account, added as a friend
+        friend = register(client, prefix="friend")
+        if not friend:
+            return None
+        with client.post("/users/friends", json={"friendId": friend["id"]}, headers=headers,
+                         catch_response=True) as r:
+            if not 200 <= r.status_code < 300:
+                r.failure(f"add friend: {r.status_code}: {(r.text or '').strip()[:200]}")
+                return None
+
+    with client.post("/rooms/find-or-create", json={"friendId": friend["id"]}, headers=headers,
+                     catch_response=True) as r:
+        body = expect(r, 200, "roomId")
+    if not body:
+        return None
+    return Chat(token=token, user=user, friend=friend, room_id=body["roomId"])
+
+
+def messages_of(body) -> list | None:
+    """The message list of a history response (a list, or `{messages: [...]}`)."""
+    if isinstance(body, dict):
+        body = body.get("messages")
+    return body if isinstance(body, list) else None
+
+
+class SignedInUser(FastHttpUser):
+    """A user that opens a chat session first, and again whenever it has none."""
+
+    abstract = True
+    host = HOST
+    wait_time = between(WAIT_MIN, WAIT_MAX)
+    # Fail fast instead of Locust's 60 s: a stage that drops connections should
+    # show errors, not hung users.
+    connection_timeout = 5.0
+    network_timeout = 10.0
+    chat: Chat | None = None
+
+    def on_start(self):
+        self.signed_in()
+
+    def signed_in(self) -> bool:
+        """True when a session is open (opening one if needed: a stage may have
+        refused the first try, e.g. Nginx's 502s; keep the load going)."""
+        if self.chat is None:
+            self.chat = open_chat(self.client)
+        return self.chat is not None
+
+
+class ChatUser(SignedInUser):
+    """HTTP chat traffic: mostly reading a room's history, some posting."""
+
+    weight = 4
+    sent = 0
+
+    @task(6)
+    def read_messages(self):
+        if not self.signed_in():
+            return
+        with self.client.get(f"/rooms/{self.chat.room_id}/messages?limit={HISTORY_LIMIT}",
+                             name="/rooms/[id]/messages", headers=self.chat.headers,
+                             catch_response=True) as r:
+            body = expect(r, 200)
+            if body is not None and messages_of(body) is None:
+                r.failure(f"no message list in {str(body)[:200]}")
+
+    @task(3)
+    def post_message(self):
+        if not self.signed_in():
+            return
+        self.sent += 1
+        content = f"message {self.sent} from {self.chat.user.get('username')}"
+        with self.client.post(f"/rooms/{self.chat.room_id}/messages", json={"content": content},
+                              name="/rooms/[id]/messages", headers=self.chat.headers,
+                              catch_response=True) as r:
+            expect(r, 201, "id", "ts")
+
+    @task(2)
+    def friends(self):
+        if not self.signed_in():
+            return
+        with self.client.get("/users/friends", headers=self.chat.headers,
+                             catch_response=True) as r:
+            body = expect(r, 200, "friends")
+            if body is not None and not isinstance(body["friends"], list):
+                r.failure(f"friends is not a list: {str(body)[:200]}")
+
+    @task(1)
+    def find_or_create_room(self):
+        if not self.signed_in():
+            return
+        with self.client.post("/rooms/find-or-create", json={"friendId": self.chat.friend["id"]},
+                              headers=self.chat.headers, catch_response=True) as r:
+            body = expect(r, 200, "roomId")
+            if body is not None and body["roomId"] != self.chat.room_id:
+                r.failure(f"one room per pair: got {body['roomId']}, had {self.chat.room_id}")
+
+    @task(1)
+    def me(self):
+        if not self.signed_in():
+            return
+        with self.client.get("/users/me", headers=self.chat.headers, catch_response=True) as r:
+            body = expect(r, 200, "id", "email")
+            if body is not None and body["id"] != self.chat.user.get("id"):
+                r.failure(f"me is {body['id']}, logged in as {self.chat.user.get('id')}")
+
+    @task(1)
+    def get_user_secure(self):
+        if not self.signed_in():
+            return
+        friend = self.chat.friend
+        with self.client.get(f"/users/getUserSecure/{friend['email']}",
+                             name="/users/getUserSecure/[email]", headers=self.chat.headers,
+                             catch_response=True) as r:
+            body = expect(r, 200, "id", "email", "username")
+            if body is not None and body["id"] != friend["id"]:
+                r.failure(f"got user {body['id']}, expected {friend['id']}")
+
+
+class SocketIOChatUser(SignedInUser):
+    """One Socket.IO connection per user: join a room, send, time each ack.
+
+    python-socketio's sync client, websocket transport only (websocket-client
+    underneath); under Locust's gevent monkey-patching its threads and sockets
+    are greenlets, so a user waiting for an ack blocks no one else.
+    `locust.contrib.socketio.SocketIOUser` was not used: it records every
+    received broadcast and every emit as a 0 ms request (inflating the
+    request rate) and cannot fail a request on an `{error}` ack.
+    """
+
+    weight = 1
+    sio: socketio.Client | None = None
+    sent = 0
+
+    def on_start(self):
+        self.connected()
+
+    def on_stop(self):
+        if self.sio is not None:
+            self.sio.disconnect()
+
+    def measure(self, name: str):
+        return self.environment.events.request.measure("WSIO", name)
+
+    def connected(self) -> bool:
+        """Signed in over HTTP, connected and in the room (reconnecting if dropped).
+
+        Failures are recorded by `measure` (it records the exception instead of
+        raising it) and retried on the next task.
+        """
+        if not self.signed_in():
+            return False
+        if self.sio is not None and self.sio.connected:
+            return True
+        self.sio = None
+        sio = socketio.Client(reconnection=False)
+        with self.measure("connect") as meta:
+            sio.connect(self.host, auth={"token": self.chat.token}, transports=["websocket"],
+                        wait_timeout=SOCKET_TIMEOUT)
+        if meta["exception"] is None:
+            with self.measure("joinRoom") as meta:
+                ack = sio.call("joinRoom", {"roomId": self.chat.room_id}, timeout=SOCKET_TIMEOUT)
+                check_ack(ack, meta)
+        if meta["exception"] is not None:
+            sio.disconnect()
+            return False
+        self.sio = sio
+        return True
+
+    @task
+    def send_message(self):
+        if not self.connected():
+            return
+        self.sent += 1
+        content = f"socket message {self.sent} from {self.chat.user.get('username')}"
+        with self.measure("sendMessage") as meta:
+            ack = self.sio.call("sendMessage", {"roomId": self.chat.room_id, "content": content},
+                                timeout=SOCKET_TIMEOUT)
+            check_ack(ack, meta, "id", "ts")
+
+
+class AckError(Exception):
+    """A Socket.IO ack that is an `{error, message}` or lacks a field."""
+
+
+def check_ack(ack, meta: dict, *keys: str) -> None:
+    """Record the ack's size; raise AckError (a failure in the stats) if it is wrong."""
+    meta["response_length"] = len(json.dumps(ack))
+    if isinstance(ack, dict) and "error" in ack:
+        raise AckError(f"{ack.get('error')}: {ack.get('message')}")
+    missing = [k for k in keys if not isinstance(ack, dict) or k not in ack]
+    if missing:
+        raise AckError(f"ack lacks {', '.join(missing)}: {str(ack)[:200]}")
+
+
+class KeyValueUser(FastHttpUser):
+    """The book's benchmark: `GET /kv/<key>` SETs the key in Redis, then GETs it.
+
+    No think time, like `siege -b`; compare its requests/s with the chapter's
+    413 -> 419 -> 683 trans/s. Run it alone, by name.
+    """
+
+    weight = 1
+    host = HOST
+    wait_time = constant(0)
+    connection_timeout = 5.0
+    network_timeout = 10.0
+    key = "bench"
+
+    @task
+    def set_and_get(self):
+        with self.client.get(f"/kv/{self.key}", name="/kv/[key]", catch_response=True) as r:
+            body = expect(r, 200, "key", "value")
+            if body is not None and body["key"] != self.key:
+                r.failure(f"asked for key {self.key}, got {body['key']}")
+
+
+if __name__ == "__main__":
+    run_single_user(ChatUser)

@@ -1,0 +1,147 @@
+"""benchmarks/chat.py and step_load.py run for real: Locust against gunicorn and Redis.
+
+Each run is a Locust subprocess (headless, time-bounded, with a hard timeout
+on top) whose `--csv` output is read back: every task and the Socket.IO
+round trip must have requests and no failures.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from benchmarks import procs
+from benchmarks.stages import ROOT
+
+VENV_BIN = Path(sys.executable).parent
+LOCUSTFILE = ROOT / "benchmarks" / "chat.py"
+STEP_LOAD = ROOT / "benchmarks" / "step_load.py"
+EVENTLET = ["-w", "2", "-k", "eventlet", "--keep-alive", "10"]
+SYNC = ["-w", "2"]
+CHAT_REQUESTS = {
+    ("POST", "/auth/login"),
+    ("GET", "/rooms/[id]/messages"),
+    ("POST", "/rooms/[id]/messages"),
+    ("GET", "/users/friends"),
+    ("POST", "/rooms/find-or-create"),
+    ("GET", "/users/me"),
+    ("GET", "/users/getUserSecure/[email]"),
+    ("WSIO", "connect"),
+    ("WSIO", "joinRoom"),
+    ("WSIO", "sendMessage"),
+}
+
+
+@contextmanager
+def gunicorn(redis_url: str, workdir: Path, worker_args: list[str]):
+    """A real gunicorn serving the app on a free port; yields its URL, logs to workdir."""
+    port = procs.free_port()
+    env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
+           "FLASK_REDIS_MODE": "pool"}
+    proc = procs.start([str(VENV_BIN / "gunicorn"), *worker_args, "-b", f"127.0.0.1:{port}",
+                        "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
+    try:
+        procs.wait_for_port(port, proc=proc, timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        procs.stop(proc)
+
+
+@pytest.fixture(scope="module")
+def redis_url(redis_port):
+    return f"redis://127.0.0.1:{redis_port}/2"  # the app tests flush db 0
+
+
+@pytest.fixture(scope="module")
+def eventlet_server(redis_url, tmp_path_factory):
+    with gunicorn(redis_url, tmp_path_factory.mktemp("eventlet"), EVENTLET) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def users_file(redis_url, tmp_path_factory) -> Path:
+    """Users seeded by the real CLI, as the lab does."""
+    out = tmp_path_factory.mktemp("seed") / "users.json"
+    seeded = subprocess.run(
+        [str(VENV_BIN / "flask"), "--app", "app", "seed-users", "--count", "20", "--friends", "2",
+         "--prefix", "locust", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test"})
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    return out
+
+
+def locust(url: str, workdir: Path, args: list[str], env: dict | None = None,
+           locustfile: str = str(LOCUSTFILE)) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run Locust headless (its run ends by itself; the timeout is a safety net)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "STEP_"))}
+    prefix = workdir / "x"
+    result = subprocess.run(
+        [str(VENV_BIN / "locust"), "-f", locustfile, "--headless", "--only-summary",
+         "--csv", str(prefix), "--host", url, *args],
+        cwd=workdir, capture_output=True, text=True, timeout=60, env={**clean, **(env or {})})
+    return result, prefix
+
+
+def stats(prefix: Path) -> dict[tuple[str, str], dict]:
+    """Rows of Locust's `<prefix>_stats.csv`, keyed by (type, name)."""
+    with open(f"{prefix}_stats.csv", newline="") as f:
+        return {(row["Type"], row["Name"]): row for row in csv.DictReader(f)}
+
+
+def explain(result: subprocess.CompletedProcess, prefix: Path) -> str:
+    failures = Path(f"{prefix}_failures.csv")
+    return (f"exit {result.returncode}\n{result.stderr[-3000:]}\n"
+            + (failures.read_text()[-2000:] if failures.exists() else ""))
+
+
+def assert_no_failures(rows: dict, why: str) -> None:
+    total = rows[("", "Aggregated")]
+    assert int(total["Request Count"]) > 0, why
+    assert int(total["Failure Count"]) == 0, why
+
+
+def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, tmp_path):
+    result, prefix = locust(eventlet_server, tmp_path,
+                            ["-u", "10", "-r", "10", "-t", "8s", "ChatUser", "SocketIOChatUser"],
+                            env={"CHAT_USERS_FILE": str(users_file)})
+    why = explain(result, prefix)
+    assert result.returncode == 0, why
+    rows = stats(prefix)
+    counts = {key: int(rows[key]["Request Count"]) for key in CHAT_REQUESTS if key in rows}
+    assert set(counts) == CHAT_REQUESTS and all(counts.values()), (counts, why)
+    assert ("POST", "/auth/register") not in rows, "seeded users must log in, not register"
+    assert_no_failures(rows, why)
+
+
+def test_key_value_user_alone_against_sync_workers(redis_url, tmp_path):
+    with gunicorn(redis_url, tmp_path, SYNC) as url:
+        result, prefix = locust(url, tmp_path, ["-u", "5", "-r", "5", "-t", "4s", "KeyValueUser"])
+    why = explain(result, prefix)
+    assert result.returncode == 0, why
+    rows = stats(prefix)
+    assert set(rows) == {("GET", "/kv/[key]"), ("", "Aggregated")}, why
+    assert_no_failures(rows, why)
+
+
+def test_step_load_adds_users_step_by_step_and_stops_by_itself(eventlet_server, tmp_path):
+    # No CHAT_USERS_FILE: the users register themselves (and a friend each).
+    env = {"STEP_USERS": "2", "STEP_SECONDS": "2", "STEP_MAX_USERS": "6", "STEP_TIME_LIMIT": "7"}
+    result, prefix = locust(eventlet_server, tmp_path, ["ChatUser"], env=env,
+                            locustfile=f"{LOCUSTFILE},{STEP_LOAD}")
+    why = explain(result, prefix)
+    assert result.returncode == 0, why
+    assert "Shape test completed" in result.stderr, why
+    with open(f"{prefix}_stats_history.csv", newline="") as f:
+        counts = [int(row["User Count"]) for row in csv.DictReader(f)]
+    assert counts == sorted(counts), (counts, why)  # only ever grows
+    assert counts[-1] == 6 and len(set(counts) - {0}) >= 3, (counts, why)  # 2, 4, 6
+    rows = stats(prefix)
+    assert int(rows[("POST", "/auth/register")]["Request Count"]) >= 12, why  # 6 users + friends
+    assert_no_failures(rows, why)
