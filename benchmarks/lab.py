@@ -465,9 +465,12 @@ def cmd_exec(args) -> int:
 
 def cmd_list(args) -> int:
     for s in stages.STAGES:
-        front = f"nginx/{s.front}" if s.front else "-"
-        say(f"{s.key:>3}  {s.slug:<26} {' '.join(s.server[:4]):<34} {s.redis_mode:<12} "
-            f"{front:<30} {'+'.join(s.sysctl)}")
+        front = f"nginx/{s.front}" if s.front else "no proxy"
+        say(f"{s.key:>2}  {s.slug}: {s.title}")
+        say(f"    {' '.join(s.server_command())}")
+        say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
+            f"users {' '.join(s.users)}")
+        say(f"    see: {s.see}")
     return 0
 
 
@@ -542,6 +545,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         say("\nlab: interrupted; everything it started is stopped")
         return 130
+    except BrokenPipeError:  # `lab list | head`
+        return 0
 
 
 if __name__ == "__main__":
