@@ -1,9 +1,11 @@
-"""Write a run's `summary.csv` and `report.md` from its stage folders.
+"""Write a run's `summary.csv`, `report.md` and `plots/*.png` from its stage folders.
 
     python -m benchmarks.report [RUN_DIR]     # default: results/latest
 
 Reads each stage folder's `metrics.json` and `checks.json` (written by the lab
-runner), so a report can be rebuilt from a results folder at any time.
+runner), and for the plots its `sampler.csv`, `locust_stats_history.csv` and
+`sysctl.json` (see benchmarks/plots.py), so a report can be rebuilt from a
+results folder at any time.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import traceback
 from pathlib import Path
 
-from benchmarks import stages
+from benchmarks import plots, stages
 from benchmarks.metrics import SUMMARY_COLUMNS
 
 TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("p50_ms", "p50 ms"),
@@ -82,8 +85,46 @@ def checks_section(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def plots_section(run_dir: Path) -> str:
+    """Write run_dir/plots/*.png; their Markdown, each with its how-to-read sentence.
+
+    A plot that cannot be drawn is named in the report rather than stopping it: the
+    summary and checks of a finished run matter more than one picture.
+    """
+    out_dir = run_dir / "plots"
+    lines = []
+    for name, draw in plots.PLOTS.items():
+        path = out_dir / f"{name}.png"
+        try:
+            fig = draw(run_dir, out=path)
+        except Exception as e:  # reported in report.md and on stderr
+            traceback.print_exc()
+            print(f"report: plot {name} failed: {e}", file=sys.stderr)
+            lines += [f"### {plots.TITLES[name]}", "", f"(not drawn: `{e!r}`)", ""]
+            continue
+        if fig is None:  # nothing to draw in this run (e.g. no Nginx stage)
+            path.unlink(missing_ok=True)
+            continue
+        lines += [f"### {plots.TITLES[name]}", "",
+                  f"![{plots.TITLES[name]}](plots/{path.name})", "",
+                  f"*How to read it:* {plots.HOW_TO_READ[name]}", ""]
+    return "\n".join(lines)
+
+
+def not_run_section(run_dir: Path, info: dict) -> str:
+    """Stages the lab tried and that did not produce results, with the error it recorded."""
+    lines = []
+    for key, entry in (info.get("stages") or {}).items():
+        if "error" in entry or not (run_dir / entry.get("dir", "-") / "metrics.json").exists():
+            first = str(entry.get("error", "no metrics.json")).strip().splitlines()[:1]
+            lines.append(f"- stage {key} ({entry.get('dir')}) did not run: "
+                         f"{first[0] if first else 'no metrics.json'}")
+    return "\n".join(lines)
+
+
 def write(run_dir: Path) -> None:
-    """summary.csv and report.md in run_dir."""
+    """summary.csv, report.md and plots/*.png in run_dir."""
+    run_dir = Path(run_dir)
     table = rows(run_dir)
     with open(run_dir / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
@@ -92,8 +133,10 @@ def write(run_dir: Path) -> None:
     info = json.loads((run_dir / "run.json").read_text())
     params = info.get("parameters", {})
     text = [
-        f"# Lab run {run_dir.name}",
+        f"# Lab run {run_dir.name}" + ("" if run_dir.name[:1].isdigit()  # results/<timestamp>
+                                       else f" (a copy of the run of {info.get('started')})"),
         "",
+        f"Started {info.get('started')}; "
         f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users, "
         f"sandbox `{params.get('sandbox')}`; kernel {info.get('kernel')}, "
         f"{info.get('cores')} cores, commit `{info.get('git_commit')}`.",
@@ -106,6 +149,17 @@ def write(run_dir: Path) -> None:
         "",
         summary_table(run_dir),
         "",
+    ]
+    missing = not_run_section(run_dir, info)
+    if missing:
+        text += [missing, ""]
+    text += [
+        "## Plots",
+        "",
+        "Drawn by `benchmarks/plots.py` from the same files; "
+        "`notebooks/lab-analysis.ipynb` shows them again beside the data.",
+        "",
+        plots_section(run_dir),
         "## Checks",
         "",
         checks_section(run_dir),

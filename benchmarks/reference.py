@@ -1,0 +1,110 @@
+"""Copy a small, curated subset of a real lab run into notebooks/reference-run/.
+
+    python -m benchmarks.reference RUN_DIR       # e.g. results/latest after `make lab`
+
+The notebooks and docs read `notebooks/reference-run/` when there is no
+`results/latest`, so a fresh clone has real numbers to look at. The copy keeps
+what the analysis reads and drops the rest:
+
+- run folder: run.json, summary.csv, report.md (regenerated, with plots/*.png)
+- per stage:  locust_stats.csv, locust_stats_history.csv (Aggregated rows only),
+              sampler.csv, metrics.json, checks.json, sysctl.json, verify.json
+- not copied: server/Nginx/Locust logs, ss/netstat snapshots, users.json
+              (seeded passwords), Redis data, locust_failures.csv and the rest
+
+RUN_DIR itself is only read. notebooks/reference-run/ is replaced as a whole.
+`report.md`, `summary.csv` and the plots are written again by
+benchmarks/report.py from the copied files, so their links and numbers match
+the copy. The command ends with the copy's size (it should stay well under 1 MB).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from benchmarks import report, stages
+
+DEST = stages.ROOT / "notebooks" / "reference-run"
+RUN_FILES = ("run.json", "summary.csv", "report.md")
+STAGE_FILES = ("locust_stats.csv", "locust_stats_history.csv", "sampler.csv", "metrics.json",
+               "checks.json", "sysctl.json", "verify.json")
+SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
+
+
+def _copy_history(src: Path, dest: Path) -> None:
+    """Locust's history, Aggregated rows only (with --csv-full-history it has one per URL)."""
+    with open(src, newline="") as f_in, open(dest, "w", newline="") as f_out:
+        reader = csv.reader(f_in)
+        header = next(reader, None)
+        if header is None:
+            return
+        writer = csv.writer(f_out, lineterminator="\n")
+        writer.writerow(header)
+        name = header.index("Name") if "Name" in header else None
+        writer.writerows(row for row in reader if name is None or row[name] == "Aggregated")
+
+
+def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
+    """Replace dest with the curated subset of run_dir; the files written, sorted."""
+    run_dir = Path(run_dir).resolve()
+    if not (run_dir / "run.json").exists():
+        raise FileNotFoundError(f"{run_dir} is not a lab run folder (no run.json)")
+    dest = Path(dest)
+    if dest.resolve() == run_dir:
+        raise ValueError("the reference run cannot be copied onto itself")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in RUN_FILES:
+        if (run_dir / name).exists():
+            shutil.copyfile(run_dir / name, dest / name)
+    info = json.loads((run_dir / "run.json").read_text())
+    for stage in stages.STAGES:
+        src = run_dir / stage.dirname
+        if not src.is_dir():
+            continue
+        (dest / stage.dirname).mkdir()
+        for name in STAGE_FILES:
+            if not (src / name).exists():
+                continue
+            if name == "locust_stats_history.csv":
+                _copy_history(src / name, dest / stage.dirname / name)
+            else:
+                shutil.copyfile(src / name, dest / stage.dirname / name)
+    if any((dest / s.dirname / "metrics.json").exists() for s in stages.STAGES):
+        report.write(dest)
+    elif info.get("stages"):
+        print("reference: no stage of this run has metrics.json; report.md copied as is")
+    return sorted(p for p in dest.rglob("*") if p.is_file())
+
+
+def size(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(__doc__.strip().splitlines()[2].strip())
+        return 2
+    try:
+        files = copy(Path(argv[0]))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"reference: {e}")
+        return 2
+    total = size(DEST)
+    print(f"reference: {len(files)} files, {total / 1000:.0f} kB in "
+          f"{DEST.relative_to(stages.ROOT)}/")
+    if total > SIZE_LIMIT:
+        print(f"reference: WARNING: over {SIZE_LIMIT / 1e6:g} MB; a shorter run (--duration) "
+              "or fewer stages keeps the committed capture small")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

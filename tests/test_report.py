@@ -1,0 +1,165 @@
+"""report.write rebuilds summary.csv, report.md and its plots from a run folder.
+
+Works on copies of the committed reference capture (notebooks/reference-run/),
+whole and cut down to some stages, as a run of `--stages 0,2` would leave it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks import plots, reference, report, stages
+from benchmarks.metrics import SUMMARY_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "notebooks" / "reference-run"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
+
+
+def stage_folders(run_dir: Path) -> list[str]:
+    """Stage folders with results, in registry order (the order of summary.csv)."""
+    return [s.dirname for s in stages.STAGES if (run_dir / s.dirname / "metrics.json").exists()]
+
+
+@pytest.fixture
+def run_copy(tmp_path) -> Path:
+    """The reference run without its generated files."""
+    run_dir = tmp_path / "20260101-120000"
+    shutil.copytree(REFERENCE, run_dir)
+    shutil.rmtree(run_dir / "plots", ignore_errors=True)
+    (run_dir / "summary.csv").unlink(missing_ok=True)
+    (run_dir / "report.md").unlink(missing_ok=True)
+    return run_dir
+
+
+def keep_only(run_dir: Path, keys: set[str]) -> None:
+    """Cut a run down to some stages, run.json included, as `--stages` would have made it."""
+    for s in stages.STAGES:
+        if s.key not in keys:
+            shutil.rmtree(run_dir / s.dirname, ignore_errors=True)
+    info = json.loads((run_dir / "run.json").read_text())
+    info["parameters"]["stages"] = [k for k in info["parameters"]["stages"] if k in keys]
+    info["stages"] = {k: v for k, v in info.get("stages", {}).items() if k in keys}
+    (run_dir / "run.json").write_text(json.dumps(info, indent=2))
+
+
+def read_summary(run_dir: Path) -> tuple[list[str], list[dict]]:
+    with open(run_dir / "summary.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def embedded_images(run_dir: Path) -> list[Path]:
+    return [run_dir / link for link in IMAGE.findall((run_dir / "report.md").read_text())]
+
+
+def assert_real_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path.name} is not a PNG"
+    assert len(data) > 10_000, f"{path.name} is only {len(data)} bytes"
+
+
+def test_reference_run_is_complete_and_small():
+    assert stage_folders(REFERENCE) == [s.dirname for s in stages.STAGES]
+    assert reference.size(REFERENCE) < 1_000_000
+    kept = {p.name for p in REFERENCE.rglob("*") if p.is_file()}
+    assert not kept & {"users.json", "ss-tanp.txt", "netstat-tan.txt", "app.log", "error.log"}
+
+
+def test_write_full_run(run_copy):
+    report.write(run_copy)
+
+    header, rows = read_summary(run_copy)
+    assert header == list(SUMMARY_COLUMNS)
+    assert [r["stage"] for r in rows] == stage_folders(run_copy)
+
+    text = (run_copy / "report.md").read_text()
+    images = embedded_images(run_copy)
+    assert {p.name for p in images} == {f"{name}.png" for name in plots.PLOTS}
+    for path in images:
+        assert path.exists(), f"report.md embeds {path.name}, which was not written"
+        assert_real_png(path)
+    for sentence in plots.HOW_TO_READ.values():
+        assert sentence in text
+    assert report.summary_table(run_copy) in text
+
+
+def test_write_some_stages_without_nginx(run_copy):
+    keep_only(run_copy, {"0", "2"})
+    report.write(run_copy)
+
+    _, rows = read_summary(run_copy)
+    assert [r["stage"] for r in rows] == ["00-builtin", "02-connection-pool"]
+    assert all(r["tw_upstream_peak"] == "" for r in rows)  # no Nginx, no upstream class
+    images = embedded_images(run_copy)
+    assert "failures.png" not in {p.name for p in images}
+    assert not (run_copy / "plots" / "failures.png").exists()
+    for path in images:
+        assert_real_png(path)
+
+
+def test_write_one_nginx_stage(run_copy):
+    keep_only(run_copy, {"4"})
+    report.write(run_copy)
+
+    _, rows = read_summary(run_copy)
+    assert [r["stage"] for r in rows] == ["04-nginx-proxy"]
+    assert {p.name for p in embedded_images(run_copy)} == {f"{n}.png" for n in plots.PLOTS}
+
+
+def test_a_stage_that_failed_to_run_is_named(run_copy):
+    keep_only(run_copy, {"2", "3"})
+    shutil.rmtree(run_copy / "03-eventlet-keepalive")
+    (run_copy / "03-eventlet-keepalive").mkdir()  # the lab made the folder, then failed
+    info = json.loads((run_copy / "run.json").read_text())
+    info["stages"]["3"] = {"dir": "03-eventlet-keepalive", "error": "app did not start: boom"}
+    (run_copy / "run.json").write_text(json.dumps(info))
+    report.write(run_copy)
+
+    _, rows = read_summary(run_copy)
+    assert [r["stage"] for r in rows] == ["02-connection-pool"]
+    assert "app did not start: boom" in (run_copy / "report.md").read_text()
+
+
+def test_main_regenerates(run_copy, capsys):
+    keep_only(run_copy, {"5"})
+    assert report.main([str(run_copy)]) == 0
+    assert (run_copy / "report.md").exists()
+    assert "05-upstream-keepalive" in capsys.readouterr().out
+    assert report.main([str(run_copy / "no-such-run")]) == 2
+
+
+def test_reference_copies_the_curated_subset(tmp_path, run_copy):
+    keep_only(run_copy, {"0", "4"})
+    (run_copy / "report.md").write_text("# an old report\n")
+    for s in stages.STAGES:  # what a real run has and the copy must leave behind
+        if not (run_copy / s.dirname).is_dir():
+            continue
+        (run_copy / s.dirname / "users.json").write_text("[]")
+        (run_copy / s.dirname / "app.log").write_text("log")
+    history = run_copy / "04-nginx-proxy" / "locust_stats_history.csv"
+    lines = history.read_text().splitlines()
+    per_url = lines[1].replace(",Aggregated,", ",/users/me,")
+    history.write_text("\n".join([*lines, per_url]) + "\n")
+
+    dest = tmp_path / "reference-run"
+    reference.copy(run_copy, dest)
+
+    names = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()}
+    assert {"run.json", "summary.csv", "report.md"} <= names
+    for stage_dir in ("00-builtin", "04-nginx-proxy"):
+        for f in reference.STAGE_FILES:
+            assert f"{stage_dir}/{f}" in names
+    assert not any(n.endswith(("users.json", ".log")) for n in names)
+    copied = (dest / "04-nginx-proxy" / "locust_stats_history.csv").read_text()
+    assert "/users/me" not in copied and copied.count("Aggregated") == len(lines) - 1
+    assert len(embedded_images(dest)) == len(plots.PLOTS)  # report.md written again
+    for path in embedded_images(dest):
+        assert_real_png(path)
