@@ -227,7 +227,7 @@ def progress_line(stage_dir: Path) -> str:
     parts = [f"TIME_WAIT {row.get('tw_total', '?')}"]
     parts += [f"{k[3:]} {v}" for k, v in row.items()
               if k in ("tw_redis", "tw_upstream", "tw_front")]
-    if "cpu_locust" in row:
+    if row.get("cpu_locust"):
         parts.append(f"locust CPU {float(row['cpu_locust']):.0f}%")
     return ", ".join(parts)
 

@@ -1,0 +1,827 @@
+"""sampler - TIME_WAIT/ESTABLISHED sockets by connection class, CPU/RSS by component.
+
+Runs beside one lab stage and writes a CSV time series, one row per interval
+(1 s by default), until SIGTERM/SIGINT (it then writes a last row and exits 0)
+or for --duration seconds. The lab runner starts it INSIDE the stage's network
+namespace (`ip netns exec NS ...`), so the socket counts are that namespace's
+alone; /proc is shared, so it sees every process of the stage.
+
+A connection class is a port that marks one end of a connection: `redis`
+(app<->Redis: the Redis port), `upstream` (Nginx<->app: the app port, only with
+a proxy in front), `front` (client<->entry point: the entry port). A component
+is a PID counted together with all its descendants, found afresh at every
+sample (gunicorn, Nginx and Locust fork workers, and workers come and go).
+
+USAGE: python -m benchmarks.sampler --out FILE.csv [--interval S] [--duration S]
+                [--class NAME=PORT ...] [--proc NAME=PID ...] [--backend netlink|ss]
+       python -m benchmarks.sampler --snapshot DIR
+
+   eg,
+       ip netns exec NS .venv/bin/python -m benchmarks.sampler --out s.csv \\
+           --class redis=6379 --class front=8000 --proc redis=4100 --proc app=4120
+                                    # 1 Hz until SIGTERM
+       ... --duration 30            # 30 rows, then exit 0
+       ip netns exec NS .venv/bin/python -m benchmarks.sampler --snapshot DIR
+                                    # raw ss -tanp, ss -s, netstat -tan, sockstat
+
+   Repeating --proc NAME sums several trees into one component (e.g. Locust's
+   master and workers started separately). The sampler always adds itself as
+   component `sampler`.
+
+COLUMNS (one row per sample; counts are sockets in this network namespace):
+   ts              unix time of the sample
+   elapsed_s       seconds since the sampler started
+   tw_total        TIME_WAIT sockets, from /proc/net/sockstat `tw` (IPv4+IPv6;
+                   the number `ss -s` shows and tcp_max_tw_buckets limits)
+   estab_total     ESTABLISHED sockets, both ends of a loopback connection
+                   counted (IPv4+IPv6)
+   tw_NAME         TIME_WAIT with local or remote port = PORT (= client + server)
+   tw_NAME_client  ... remote port = PORT: the client end closed first
+   tw_NAME_server  ... local port = PORT: the server end closed first
+   estab_NAME      ESTABLISHED with remote port = PORT: each connection once,
+                   from its client end
+   cpu_NAME        CPU of the process tree since the previous row, percent of
+                   ONE core (100 = one full core; 200 = two)
+   rss_mb_NAME     resident memory of the tree, MiB (shared pages are counted
+                   once per process, so forked workers overstate it)
+   cpu_* and rss_mb_* are empty while the component's PID is not running. The
+   header is written once and every row is flushed: a kill loses at most one.
+
+REQUIREMENTS: Linux, /proc, NETLINK_SOCK_DIAG with tcp_diag (every distribution
+   kernel has them; `ss` uses the same). No root, except to enter a namespace.
+   `ss` for --backend ss and --snapshot; `netstat` (net-tools) for --snapshot.
+
+OVERHEAD: per sample: a read of /proc/net/sockstat; one inet_diag dump over
+   netlink (the TCPDIAG_GETSOCK request: TIME_WAIT and ESTABLISHED, IPv4 and
+   IPv6, in one walk of the kernel's socket table; a dump per state when both
+   are plentiful), its port fields counted without a Python loop per socket;
+   one read of /proc/PID/stat per process (ppid, CPU times, RSS). No
+   psutil.net_connections() (~230 ms a call at 25k sockets), no netstat
+   (~110 ms), no `ss` fork per sample (50-70 ms of CPU at 25k). Measured with
+   benchmarks/sampler_cost.py on 2 noisy cores with 25,000 TIME_WAIT: ~10 ms
+   of CPU a sample, mostly the kernel's, so 1.2-1.5% of one core at 1 Hz
+   (--backend ss: ~8%). Its own CPU, children included, is in cpu_sampler.
+
+SEE ALSO: benchmarks/sampler_cost.py; ss(8); proc(5) /proc/net/sockstat,
+   /proc/PID/stat; sock_diag(7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+# --- sockets: netlink inet_diag -------------------------------------------------
+
+NETLINK_SOCK_DIAG = 4
+TCPDIAG_GETSOCK = 18        # the original request: AF_UNSPEC, so IPv4 and IPv6 in one walk
+SOCK_DIAG_BY_FAMILY = 20    # the v2 request: one family per dump
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+TCP_ESTABLISHED, TCP_TIME_WAIT = 1, 6
+IPPROTO_TCP = 6
+_NLMSG_HDR = 16
+_DIAG_MSG = 72              # struct inet_diag_msg, attributes may follow
+_SPORT, _DPORT = _NLMSG_HDR + 4, _NLMSG_HDR + 6   # network byte order
+
+
+class DiagCounter:
+    """Counts TCP sockets by state and port, straight from the kernel.
+
+    One NETLINK_SOCK_DIAG socket is kept open; each count() is one dump: every
+    socket in the wanted states, IPv4 and IPv6, in a single walk of the
+    kernel's table. The answer comes in ~32 KiB chunks of records, and the
+    records of one state have one size: a run of like records is recognised
+    from its length, type and state fields (strided slices, compared whole)
+    and its port fields counted with bytes.count, not a Python loop per
+    socket. A chunk that mixes states too finely is walked record by record.
+    """
+
+    MAX_RUNS = 24   # runs per chunk worth measuring; more, and walking it is cheaper
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._buf = bytearray(1 << 16)
+        self._seq = 0
+        self._legacy = True   # TCPDIAG_GETSOCK until the kernel refuses it
+        self._keys: list[int] = []
+        self._patterns: list[bytes] = []
+        self._row = b"\0\0\0"
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT)
+              ) -> dict[int, tuple[int, list[int], list[int]]]:
+        """state -> (sockets, per port: local port == it, remote port == it)."""
+        states = tuple(states)
+        self._prepare(ports)
+        for attempt in range(3):
+            try:
+                acc = {st: [0, [0] * len(ports), [0] * len(ports)] for st in states}
+                self._count(states, acc)
+                return {st: (a[0], a[1], a[2]) for st, a in acc.items()}
+            except _Truncated:   # the buffer has grown; ask again
+                self.close()
+                if attempt == 2:
+                    raise
+            except BaseException:
+                self.close()   # never reuse a socket with half a dump queued on it
+                raise
+        raise AssertionError("unreachable")
+
+    def _prepare(self, ports: list[int]) -> None:
+        """What the parsers look for: each port as read natively, and as 3-byte patterns."""
+        wire = [struct.pack(">H", p) for p in ports]
+        self._keys = [struct.unpack("=H", w)[0] for w in wire]
+        filler = next(b for b in range(256) if all(b not in w for w in wire))   # see _tally
+        self._patterns = [w + bytes([filler]) for w in wire]
+        self._row = bytes([0, 0, filler])
+
+    def _count(self, states: tuple[int, ...], acc: dict) -> None:
+        if self._legacy:
+            try:
+                return self._dump(TCPDIAG_GETSOCK, socket.AF_INET, states, acc)
+            except _KernelError:
+                self._legacy = False   # a kernel without the old request: a dump per family
+                self.close()
+                for a in acc.values():
+                    a[0], a[1][:], a[2][:] = 0, [0] * len(a[1]), [0] * len(a[2])
+        for family in (socket.AF_INET, socket.AF_INET6):
+            self._dump(SOCK_DIAG_BY_FAMILY, family, states, acc)
+
+    def _request(self, kind: int, family: int, states: tuple[int, ...]) -> bytes:
+        self._seq += 1
+        mask = sum(1 << st for st in set(states))
+        if kind == TCPDIAG_GETSOCK:   # struct inet_diag_req
+            body = struct.pack("=BBBB48sII", family, 0, 0, 0, b"", mask, 0)
+        else:                          # struct inet_diag_req_v2
+            body = struct.pack("=BBBBI48s", family, IPPROTO_TCP, 0, 0, mask, b"")
+        return struct.pack("=IHHII", _NLMSG_HDR + len(body), kind,
+                           NLM_F_REQUEST | NLM_F_DUMP, self._seq, 0) + body
+
+    def _dump(self, kind: int, family: int, states: tuple[int, ...], acc: dict) -> None:
+        if self._sock is None:
+            self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                       NETLINK_SOCK_DIAG)
+        self._sock.sendall(self._request(kind, family, states))
+        while True:
+            size = len(self._buf)
+            n = self._sock.recv_into(self._buf, size, socket.MSG_TRUNC)
+            if n > size:   # the kernel sends at most ~32 KiB at once; just in case
+                self._buf = bytearray(2 * n)
+                raise _Truncated(f"netlink message of {n} bytes truncated")
+            if self._chunk(n, kind, acc):
+                return
+
+    def _chunk(self, n: int, kind: int, acc: dict) -> bool:
+        """Count one chunk of the answer; True when it ends the dump."""
+        return self._walk(self._bulk(n, kind, acc), n, kind, acc)
+
+    def _bulk(self, n: int, kind: int, acc: dict) -> int:
+        """Count the chunk's records without a loop per record; bytes counted (0: none).
+
+        The records come in runs of one length (one state): all TIME_WAIT,
+        or TIME_WAIT with an ESTABLISHED here and there. Each run is measured
+        at once (`_like`), the runs of each length gathered, and each kind
+        counted at once (`_tally`). Nothing is counted unless every record
+        sits where the previous one's length says, with the right type, and
+        every kind is in one state; otherwise, or past MAX_RUNS runs (walking
+        is then cheaper), the chunk is left to the walk.
+        """
+        buf, off, runs, parts = self._buf, 0, 0, {}
+        while off + _NLMSG_HDR <= n:
+            ln, typ = struct.unpack_from("=IH", buf, off)
+            if typ != kind:
+                break   # NLMSG_DONE or an error: the walk's
+            runs += 1
+            if ln % 4 or ln < _NLMSG_HDR + _DIAG_MSG or off + ln > n or runs > self.MAX_RUNS:
+                return 0
+            k = (n - off) // ln
+            if k > 1 and struct.unpack_from("=I", buf, off + ln)[0] == ln:
+                run = self._like(buf, off, ln, k, kind)
+            else:
+                run = 1
+            parts.setdefault(ln, []).append((off, run))
+            off += run * ln
+        pieces = []   # (data, where the records start, how many, their length)
+        for ln, spans in parts.items():
+            if len(spans) == 1:
+                pieces.append((buf, spans[0][0], spans[0][1], ln))
+            else:
+                data = b"".join(buf[at:at + run * ln] for at, run in spans)
+                pieces.append((data, 0, len(data) // ln, ln))
+        return off if pieces and self._tally(pieces, acc) else 0
+
+    @staticmethod
+    def _like(data, start: int, ln: int, k: int, kind: int) -> int:
+        """How many of the k records of length ln from `start` have that length and type.
+
+        (Fewer than k if `data` ends before them.)
+        """
+        k = min(k, (len(data) - start) // ln)
+        if k < 1:
+            return 0
+        with memoryview(data)[start:start + k * ln] as mv:
+            with mv.cast("I") as u32:
+                lens = u32[0::ln // 4].tobytes()
+            with mv.cast("H") as u16:
+                types = u16[2::ln // 2].tobytes()
+        return min(_common_prefix(lens, struct.pack("=I", ln) * k) // 4,
+                   _common_prefix(types, struct.pack("=H", kind) * k) // 2)
+
+    def _tally(self, pieces: list, acc: dict) -> bool:
+        """Count pieces of like records [(data, start, count, length)], each in one state.
+
+        Counts nothing and returns False if a piece mixes states.
+        """
+        states = []
+        for data, start, count, ln in pieces:
+            st = data[start + _NLMSG_HDR + 1:start + count * ln:ln]
+            if st != st[:1] * count:
+                return False
+            states.append(st[0] if count else None)
+        for (data, start, count, ln), st in zip(pieces, states, strict=True):
+            a = acc.get(st)
+            if a is None:
+                continue
+            a[0] += count
+            end = start + count * ln
+            for field, counts in ((_SPORT, a[1]), (_DPORT, a[2])):
+                # each record becomes 3 bytes: the port (network order) and a
+                # byte that no wanted port has, so a pattern only matches at a record
+                rows = bytearray(self._row) * count
+                rows[0::3] = data[start + field:end:ln]
+                rows[1::3] = data[start + field + 1:end:ln]
+                for i, pattern in enumerate(self._patterns):
+                    counts[i] += rows.count(pattern)
+        return True
+
+    def _walk(self, off: int, n: int, kind: int, acc: dict) -> bool:
+        """Count records from `off` one by one; True at NLMSG_DONE."""
+        buf = self._buf
+        while off + _NLMSG_HDR <= n:
+            ln, typ = struct.unpack_from("=IH", buf, off)
+            if typ == NLMSG_DONE:
+                return True
+            if typ == NLMSG_ERROR:
+                err = struct.unpack_from("=i", buf, off + _NLMSG_HDR)[0]
+                if err:
+                    raise _KernelError(-err, f"inet_diag: {os.strerror(-err)}")
+            if ln < _NLMSG_HDR or off + ln > n:
+                raise OSError(f"malformed netlink message (len {ln} at {off} of {n})")
+            if typ == kind and ln >= _NLMSG_HDR + _DIAG_MSG:
+                a = acc.get(buf[off + _NLMSG_HDR + 1])
+                if a is not None:
+                    a[0] += 1
+                    sport, dport = struct.unpack_from("=HH", buf, off + _SPORT)
+                    for i, key in enumerate(self._keys):
+                        if sport == key:
+                            a[1][i] += 1
+                        if dport == key:
+                            a[2][i] += 1
+            off += (ln + 3) & ~3
+        return False
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """How many leading bytes two equal-length byte strings share (no Python loop)."""
+    if a == b:
+        return len(a)
+    diff = int.from_bytes(a, "big") ^ int.from_bytes(b, "big")
+    return len(a) - (diff.bit_length() + 7) // 8
+
+
+class _KernelError(OSError):
+    """The kernel answered a request with NLMSG_ERROR."""
+
+
+class _Truncated(OSError):
+    """A netlink message was larger than the receive buffer."""
+
+
+class SsCounter:
+    """The same counts from one `ss` call (a fork, and text for every socket)."""
+
+    NAMES = {TCP_ESTABLISHED: "established", TCP_TIME_WAIT: "time-wait"}
+    LABELS = {TCP_ESTABLISHED: b"ESTAB", TCP_TIME_WAIT: b"TIME-WAIT"}
+
+    def __init__(self) -> None:
+        self._ss = shutil.which("ss") or shutil.which("ss", path="/usr/sbin:/sbin:/usr/bin")
+        if not self._ss:
+            raise OSError("ss not found (Debian/Ubuntu: apt-get install iproute2)")
+
+    def close(self) -> None:
+        pass
+
+    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT)
+              ) -> dict[int, tuple[int, list[int], list[int]]]:
+        """state -> (sockets, per port: local port == it, remote port == it)."""
+        states = tuple(states)
+        cmd = [self._ss, "-Htan"]
+        for st in states:
+            cmd += ["state", self.NAMES[st]]
+        out = subprocess.run(cmd, capture_output=True, check=True).stdout
+        index = {p: i for i, p in enumerate(ports)}
+        acc = {st: [0, [0] * len(ports), [0] * len(ports)] for st in states}
+        by_label = {self.LABELS[st]: acc[st] for st in states}
+        only = acc[states[0]] if len(states) == 1 else None   # one state: no State column
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) < 4:
+                continue
+            a = only if only is not None else by_label.get(fields[0])
+            if a is None:
+                continue
+            a[0] += 1
+            lport = int(fields[-2].rsplit(b":", 1)[1])
+            rport = int(fields[-1].rsplit(b":", 1)[1])
+            if lport in index:
+                a[1][index[lport]] += 1
+            if rport in index:
+                a[2][index[rport]] += 1
+        return {st: (a[0], a[1], a[2]) for st, a in acc.items()}
+
+
+BACKENDS = {"netlink": DiagCounter, "ss": SsCounter}
+
+
+def read_sockstat(path: str = "/proc/net/sockstat") -> dict[str, int]:
+    """The TCP line of /proc/net/sockstat as numbers: inuse, orphan, tw, alloc, mem."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.startswith(b"TCP:"):
+                it = iter(line.split()[1:])
+                return {k.decode(): int(v) for k, v in zip(it, it, strict=True)}
+    raise OSError(f"no TCP line in {path}")
+
+
+# --- processes ------------------------------------------------------------------
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def scan_processes() -> dict[int, tuple[int, int, int, int, int]]:
+    """Every process: pid -> (ppid, starttime, own ticks, reaped children's ticks, RSS bytes).
+
+    One read of /proc/PID/stat each (psutil.process_iter costs ~4x this).
+    """
+    stats = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb", buffering=0) as f:
+                data = f.read()
+        except OSError:   # gone since listdir
+            continue
+        f = data[data.rfind(b")") + 2:].split()
+        # fields from `state` on: ppid=1, utime=11, stime=12, cutime=13, cstime=14,
+        # starttime=19, rss=21 (proc(5) numbers them 3, 4, 14-17, 22, 24)
+        stats[int(name)] = (int(f[1]), int(f[19]), int(f[11]) + int(f[12]),
+                            int(f[13]) + int(f[14]), int(f[21]) * _PAGE)
+    return stats
+
+
+class Component:
+    """CPU and RSS of the trees under some root PIDs, between two samples.
+
+    CPU of a tree over an interval = for each member, growth of its own time
+    and of its reaped children's time (a process new since the last sample
+    counts from zero), less the last-seen total of every member that vanished
+    while its parent stayed in the tree: the parent reaped it, so its whole
+    time just moved into the parent's children time. Zombies stay members
+    until reaped, so nothing is counted twice. A process reparented out of the
+    tree stops counting; one reaped by a parent that ignores SIGCHLD loses its
+    last interval.
+    """
+
+    def __init__(self, name: str, roots: Iterable[int], descendants: bool = True) -> None:
+        self.name = name
+        self.roots = list(dict.fromkeys(roots))
+        self.descendants = descendants
+        self._root_start: dict[int, int] = {}
+        self._prev: dict[tuple[int, int], tuple[int, int, tuple[int, int] | None]] | None = None
+
+    def members(self, stats: Mapping, children: Mapping[int, list[int]]) -> list[int]:
+        out, todo, seen = [], [], set()
+        for root in self.roots:
+            st = stats.get(root)
+            if st is None:
+                if self._prev is None:
+                    self._root_start[root] = -1   # not running at the start: never adopt the PID
+                continue
+            if self._root_start.setdefault(root, st[1]) != st[1]:
+                continue   # the PID was reused: that is not our process
+            todo.append(root)
+        while todo:
+            pid = todo.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            out.append(pid)
+            if self.descendants:
+                todo.extend(children.get(pid, ()))
+        return out
+
+    def update(self, stats: Mapping, children: Mapping[int, list[int]],
+               dt: float | None) -> tuple[float | None, float | None]:
+        """(CPU % of one core since the last update, RSS MiB); None when nothing runs."""
+        cur: dict[tuple[int, int], tuple[int, int, tuple[int, int] | None]] = {}
+        ticks, rss = 0, 0
+        prev = self._prev
+        for pid in self.members(stats, children):
+            ppid, start, own, reaped, mem = stats[pid]
+            parent = stats.get(ppid)
+            cur[(pid, start)] = (own, reaped, (ppid, parent[1]) if parent else None)
+            rss += mem
+            if prev is not None:
+                before = prev.get((pid, start))
+                ticks += own + reaped - (before[0] + before[1] if before else 0)
+        if prev is not None:
+            for key, (own, reaped, parent) in prev.items():
+                if key not in cur and parent in cur:
+                    ticks -= own + reaped
+        self._prev = cur
+        if not cur:
+            return None, None
+        cpu = None if prev is None or not dt else max(0, ticks) / _CLK_TCK / dt * 100.0
+        return cpu, rss / 1048576.0
+
+
+# --- the sampler ----------------------------------------------------------------
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def _split(spec: str, what: str) -> tuple[str, int]:
+    name, sep, value = spec.partition("=")
+    name = name.strip()
+    if not sep or not _NAME.match(name):
+        raise ValueError(f"{what} {spec!r}: expected NAME=NUMBER, NAME a letter then "
+                         "letters, digits or _")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{what} {spec!r}: {value!r} is not a number") from None
+    return name, number
+
+
+def parse_classes(specs: Iterable[str]) -> dict[str, int]:
+    """["redis=6379", "front=8000"] -> {"redis": 6379, "front": 8000} (order kept)."""
+    classes: dict[str, int] = {}
+    for spec in specs:
+        name, port = _split(spec, "--class")
+        if not 0 < port < 65536:
+            raise ValueError(f"--class {spec!r}: port out of range")
+        if name in classes:
+            raise ValueError(f"--class {name} given twice")
+        if name == "total":
+            raise ValueError("--class total: the name is taken by tw_total/estab_total")
+        classes[name] = port
+    return classes
+
+
+def parse_procs(specs: Iterable[str]) -> dict[str, list[int]]:
+    """["app=120", "locust=300", "locust=301"] -> {"app": [120], "locust": [300, 301]}."""
+    procs: dict[str, list[int]] = {}
+    for spec in specs:
+        name, pid = _split(spec, "--proc")
+        if pid <= 0:
+            raise ValueError(f"--proc {spec!r}: not a PID")
+        if name == "sampler":
+            raise ValueError("--proc sampler: the sampler adds itself under that name")
+        procs.setdefault(name, []).append(pid)
+    return procs
+
+
+def columns(classes: Iterable[str], procs: Iterable[str]) -> list[str]:
+    """The CSV header for these class and component names (`sampler` comes last)."""
+    cols = ["ts", "elapsed_s", "tw_total", "estab_total"]
+    for name in classes:
+        cols += [f"tw_{name}", f"tw_{name}_client", f"tw_{name}_server", f"estab_{name}"]
+    for name in [*procs, "sampler"]:
+        cols += [f"cpu_{name}", f"rss_mb_{name}"]
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"class/component names give the same column twice: {cols}")
+    return cols
+
+
+class Sampler:
+    """Samples sockets and process trees; `run()` writes the CSV.
+
+    `classes`: name -> port; `procs`: name -> PID or PIDs (each with all its
+    descendants). Counts the sockets of the network namespace it runs in.
+    """
+
+    def __init__(self, classes: Mapping[str, int], procs: Mapping[str, int | Iterable[int]],
+                 out_path: str | os.PathLike, interval: float = 1.0,
+                 backend: str = "netlink") -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.classes = dict(classes)
+        self.ports = list(self.classes.values())
+        if "sampler" in procs:
+            raise ValueError("the sampler adds itself as component `sampler`")
+        self.components = [Component(name, [pids] if isinstance(pids, int) else pids)
+                           for name, pids in procs.items()]
+        # itself and the children it has reaped (`ss`), not whatever else the
+        # process that imported it runs
+        self.components.append(Component("sampler", [os.getpid()], descendants=False))
+        self.columns = columns(self.classes, procs)
+        self.out_path = Path(out_path)
+        self.interval = float(interval)
+        self.backend = backend
+        self._counter: DiagCounter | SsCounter = BACKENDS[backend]()
+        self._t0 = self._last = 0.0
+        self._split = False
+
+    def close(self) -> None:
+        self._counter.close()
+
+    def _count(self) -> dict[int, tuple[int, list[int], list[int]]]:
+        """ESTABLISHED (and TIME_WAIT if there are classes) by port, in one dump or two.
+
+        One dump walks the kernel's table once. But when both states are
+        plentiful their records interleave so finely that the counter has to
+        walk them one by one; then a dump per state is cheaper. The last
+        sample's counts decide.
+        """
+        try:
+            if not self.ports:
+                return self._counter.count(self.ports, (TCP_ESTABLISHED,))
+            if not self._split:
+                counts = self._counter.count(self.ports, (TCP_ESTABLISHED, TCP_TIME_WAIT))
+            else:
+                counts = {**self._counter.count(self.ports, (TCP_ESTABLISHED,)),
+                          **self._counter.count(self.ports, (TCP_TIME_WAIT,))}
+        except OSError as e:
+            if self.backend != "netlink":
+                raise
+            print(f"sampler: netlink sock_diag failed ({e}); falling back to ss",
+                  file=sys.stderr)
+            self.backend, self._counter = "ss", SsCounter()
+            return self._count()
+        few, many = sorted((counts[TCP_ESTABLISHED][0], counts[TCP_TIME_WAIT][0]))
+        self._split = self.backend == "netlink" and few > 500 and few * 8 > many
+        return counts
+
+    def prime(self) -> None:
+        """Start the clock and the CPU baselines (the first row comes one interval later)."""
+        self._t0 = self._last = time.monotonic()
+        self._procs(None)
+
+    def _procs(self, dt: float | None) -> list[tuple[float | None, float | None]]:
+        stats = scan_processes()
+        children: dict[int, list[int]] = {}
+        for pid, st in stats.items():
+            children.setdefault(st[0], []).append(pid)
+        return [c.update(stats, children, dt) for c in self.components]
+
+    def sample(self) -> list:
+        """One row, in `columns` order (call `prime()` first)."""
+        now = time.monotonic()
+        ts = time.time()
+        tw_total = read_sockstat()["tw"]
+        counts = self._count()
+        estab_total, _, estab_remote = counts[TCP_ESTABLISHED]
+        _, tw_local, tw_remote = counts.get(TCP_TIME_WAIT, (0, [], []))
+        row: list = [f"{ts:.3f}", f"{now - self._t0:.3f}", tw_total, estab_total]
+        for i in range(len(self.ports)):
+            row += [tw_local[i] + tw_remote[i], tw_remote[i], tw_local[i], estab_remote[i]]
+        for cpu, rss in self._procs(now - self._last):
+            row += ["" if cpu is None else f"{cpu:.1f}", "" if rss is None else f"{rss:.1f}"]
+        self._last = now
+        return row
+
+    def run(self, stop_event=None, duration: float | None = None) -> int:
+        """Write the CSV until `stop_event` is set or `duration` s passed. Returns rows written.
+
+        `stop_event`: anything with `wait(timeout) -> bool` (a threading.Event).
+        On stop, a last row is written if a quarter interval has passed since the
+        previous one.
+        """
+        stop = stop_event if stop_event is not None else threading.Event()
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        rows = 0
+        try:
+            with open(self.out_path, "w", newline="") as f:
+                out = csv.writer(f, lineterminator="\n")
+                out.writerow(self.columns)
+                f.flush()
+                self.prime()
+                end = None if duration is None else self._t0 + duration
+                tick = self._t0 + self.interval
+                while True:
+                    wake = tick if end is None else min(tick, end)
+                    stopped = stop.wait(max(0.0, wake - time.monotonic()))
+                    now = time.monotonic()
+                    last = stopped or (end is not None and now >= end - 1e-3)
+                    if not last or now - self._last >= 0.25 * self.interval:
+                        out.writerow(self.sample())
+                        f.flush()
+                        rows += 1
+                    if last:
+                        return rows
+                    tick += self.interval
+                    while tick <= now:   # stay on the grid; skip ticks missed while busy
+                        tick += self.interval
+        finally:
+            self.close()
+
+
+def command(out: str | os.PathLike, classes: Mapping[str, int],
+            procs: Mapping[str, int | Iterable[int]], interval: float = 1.0,
+            duration: float | None = None, netns: str | None = None,
+            python: str = sys.executable, backend: str | None = None) -> list[str]:
+    """The command line that runs the sampler (in `netns` if given); run it from the repo root."""
+    cmd = ["ip", "netns", "exec", netns] if netns else []
+    cmd += [python, "-m", "benchmarks.sampler", "--out", str(out), "--interval", f"{interval:g}"]
+    if duration is not None:
+        cmd += ["--duration", f"{duration:g}"]
+    if backend:
+        cmd += ["--backend", backend]
+    for name, port in classes.items():
+        cmd += ["--class", f"{name}={port}"]
+    for name, pids in procs.items():
+        for pid in [pids] if isinstance(pids, int) else pids:
+            cmd += ["--proc", f"{name}={pid}"]
+    return cmd
+
+
+# --- end of stage: raw snapshots, peaks -----------------------------------------
+
+SNAPSHOTS = {
+    "ss-tanp.txt": ["ss", "-tanp"],
+    "ss-s.txt": ["ss", "-s"],
+    "netstat-tan.txt": ["netstat", "-tan"],
+    "sockstat.txt": ["cat", "/proc/net/sockstat"],
+}
+
+
+def snapshot(out_dir: str | os.PathLike, netns: str | None = None,
+             timeout: float = 120.0) -> dict[str, Path]:
+    """Raw `ss -tanp`, `ss -s`, `netstat -tan` and /proc/net/sockstat into `out_dir`.
+
+    Of the namespace this runs in, or of `netns` (through `ip netns exec`).
+    A tool that is missing or fails leaves a `# ...` line saying so in its
+    file. Returns file name -> path.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    written = {}
+    for name, cmd in SNAPSHOTS.items():
+        path = out / name
+        exe = shutil.which(cmd[0]) or shutil.which(cmd[0], path="/usr/sbin:/sbin:/usr/bin:/bin")
+        if not exe:
+            path.write_text(f"# {cmd[0]} not found; Debian/Ubuntu: apt-get install "
+                            f"{'net-tools' if cmd[0] == 'netstat' else 'iproute2'}\n")
+        else:
+            try:
+                done = subprocess.run([*prefix, exe, *cmd[1:]], capture_output=True,
+                                      timeout=timeout)
+                text = done.stdout
+                if done.returncode:
+                    text += (f"# {' '.join(cmd)} exited {done.returncode}: ".encode()
+                             + done.stderr[-2000:])
+            except subprocess.TimeoutExpired:
+                text = f"# {' '.join(cmd)} took over {timeout:g} s\n".encode()
+            path.write_bytes(text)
+        written[name] = path
+    return written
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def peaks(csv_path: str | os.PathLike) -> dict[str, int | float | None]:
+    """Column -> its largest value in the sampler's CSV (None: never a value).
+
+    Empty cells (a component not running) and a torn last line are skipped.
+    """
+    with open(csv_path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            return {}
+        best: dict[str, int | float | None] = dict.fromkeys(header)
+        for row in reader:
+            if len(row) != len(header):
+                continue
+            for col, cell in zip(header, row, strict=True):
+                if cell:
+                    try:
+                        value = _number(cell)
+                    except ValueError:
+                        continue
+                    top = best[col]
+                    if top is None or value > top:
+                        best[col] = value
+    return best
+
+
+# --- command line -----------------------------------------------------------------
+
+class _SignalStop:
+    """A stop flag safe to set from a signal handler (threading.Event is not)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+        self._set = False
+
+    def set(self, *_args) -> None:
+        self._set = True
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._set:
+            select.select([self._r], [], [], timeout)
+        return self._set
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.sampler",
+        description="Sample TIME_WAIT/ESTABLISHED sockets by connection class and CPU/RSS "
+                    "by component into a CSV, until SIGTERM/SIGINT or --duration.")
+    p.add_argument("--out", help="the CSV to write")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between rows (1.0)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME=PORT",
+                   help="a connection class: sockets with this port at one end (repeatable)")
+    p.add_argument("--proc", dest="procs", action="append", default=[], metavar="NAME=PID",
+                   help="a component: PID and all its descendants (repeatable; a name "
+                        "given twice sums the trees)")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="netlink",
+                   help="how sockets are counted (netlink: cheapest, the default)")
+    p.add_argument("--snapshot", metavar="DIR",
+                   help="write raw ss -tanp, ss -s, netstat -tan, sockstat into DIR and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.snapshot:
+        for path in snapshot(args.snapshot).values():
+            print(path)
+        return 0
+    if not args.out:
+        parser.error("--out FILE.csv is required (or --snapshot DIR)")
+    if args.interval <= 0 or (args.duration is not None and args.duration <= 0):
+        parser.error("--interval and --duration must be > 0")
+    try:
+        classes = parse_classes(args.classes)
+        procs = parse_procs(args.procs)
+        sampler = Sampler(classes, procs, args.out, args.interval, backend=args.backend)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
+    for name, pids in procs.items():
+        for pid in pids:
+            if not os.path.exists(f"/proc/{pid}"):
+                print(f"sampler: --proc {name}={pid}: no such process (its columns stay "
+                      "empty)", file=sys.stderr)
+    stop = _SignalStop()
+    signal.signal(signal.SIGTERM, stop.set)
+    signal.signal(signal.SIGINT, stop.set)
+    try:
+        sampler.run(stop_event=stop, duration=args.duration)
+    finally:
+        stop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

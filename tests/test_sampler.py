@@ -1,0 +1,395 @@
+"""The capture sampler against real sockets and real processes (no mocks).
+
+A throw-away network namespace holds a small server with 50 connections the
+client closed first, 40 the server closed first and 5 held open (and 2000
+client-closed on another port, so dumps span many netlink chunks, and 10 over
+IPv6); the sampler
+runs inside it and must count them by class and direction, exactly as `ss`
+does. Needs root and `ip` for the namespace (skipped with the reason
+otherwise); the CPU accounting test needs neither.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import procs, sampler
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 7000          # inside the namespace, which is empty: any port is free
+CLIENT_FIRST, SERVER_FIRST, HELD = 50, 40, 5   # unequal: a swap would show
+BULK = 2000          # client-first on PORT + 2: a dump of many chunks
+V6 = 10              # client-first on [::1]:PORT + 3 (none if the kernel has no IPv6)
+
+
+def tw_all(v6: int) -> int:
+    return CLIENT_FIRST + SERVER_FIRST + BULK + v6
+
+
+# Runs inside the namespace: the sockets, plus a child that burns CPU (so the
+# helper's tree has a descendant to count). Exits by itself after 60 s.
+HELPER = r"""
+import socket, subprocess, sys, time
+port, ready = int(sys.argv[1]), sys.argv[2]
+n_client, n_server, n_held, n_bulk, n_v6 = map(int, sys.argv[3:])
+
+def listen(port, family=socket.AF_INET, host="127.0.0.1"):
+    listener = socket.socket(family)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((host, port))
+    listener.listen(64)
+    return listener
+
+def pair(listener):
+    client = socket.create_connection(listener.getsockname()[:2], timeout=5)
+    server, _ = listener.accept()
+    return client, server
+
+bulk = listen(port + 2)
+for _ in range(n_bulk):
+    c, s = pair(bulk); c.close(); s.close()
+try:
+    six = listen(port + 3, socket.AF_INET6, "::1")
+except OSError:   # no IPv6 here
+    n_v6 = 0
+for _ in range(n_v6):
+    c, s = pair(six); c.close(); s.close()
+listener = listen(port)
+for _ in range(n_client):      # the client closes first: TIME_WAIT at the client's end
+    c, s = pair(listener); c.close(); s.close()
+for _ in range(n_server):      # the server closes first: TIME_WAIT at the server's end
+    c, s = pair(listener); s.close(); c.close()
+held = [pair(listener) for _ in range(n_held)]
+burn = ("import time\nt = time.process_time()\n"
+        "while time.process_time() - t < 4: pass\ntime.sleep(60)")
+child = subprocess.Popen([sys.executable, "-c", burn])
+deadline = time.monotonic() + 5
+while time.monotonic() < deadline:
+    with open("/proc/net/sockstat") as f:
+        tw = int(f.read().split(" tw ")[1].split()[0])
+    if tw == n_client + n_server + n_bulk + n_v6:
+        break
+    time.sleep(0.05)
+with open(ready + ".tmp", "w") as f:
+    f.write(f"{tw} {n_v6}")
+import os; os.rename(ready + ".tmp", ready)
+time.sleep(60)
+child.kill(); child.wait()
+"""
+
+
+def _netns_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to make a network namespace"
+    if not shutil.which("ip"):
+        return "needs `ip` (iproute2) to make a network namespace"
+    return None
+
+
+needs_netns = pytest.mark.skipif(_netns_unavailable() is not None,
+                                 reason=_netns_unavailable() or "")
+
+
+@pytest.fixture(scope="module")
+def netns():
+    name = f"ftl-test-sampler-{os.getpid()}"
+    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot make a network namespace: {made.stderr.strip()}")
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        # inside it only: no reuse of TIME_WAIT ports by new connections
+        subprocess.run(["ip", "netns", "exec", name, "sysctl", "-q", "-w",
+                        "net.ipv4.tcp_tw_reuse=0"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def scene(netns, tmp_path_factory):
+    """The helper's sockets in place: (namespace, helper process, work dir, IPv6 TW made)."""
+    work = tmp_path_factory.mktemp("sampler")
+    ready = work / "ready"
+    helper = procs.start(["ip", "netns", "exec", netns, sys.executable, "-c", HELPER, str(PORT),
+                          str(ready), str(CLIENT_FIRST), str(SERVER_FIRST), str(HELD),
+                          str(BULK), str(V6)],
+                         log=work / "helper.log")
+    try:
+        deadline = time.monotonic() + 15
+        while not ready.exists():
+            assert helper.poll() is None, (work / "helper.log").read_text()
+            assert time.monotonic() < deadline, "the helper did not get ready"
+            time.sleep(0.05)
+        tw, v6 = map(int, ready.read_text().split())
+        assert tw == tw_all(v6)
+        yield netns, helper, work, v6
+    finally:
+        procs.stop(helper)
+
+
+def in_netns(ns: str, *cmd: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True,
+                          check=True, cwd=ROOT, timeout=30).stdout
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    text = path.read_text()
+    assert text.endswith("\n"), "a torn last row"
+    lines = text.splitlines()
+    return lines[0].split(","), list(csv.DictReader(lines))
+
+
+@pytest.fixture(scope="module")
+def sampled(scene):
+    """One 2 s run of the CLI at 0.5 s in the namespace: (csv path, header, rows)."""
+    ns, helper, work, _ = scene
+    out = work / "sampled.csv"
+    cmd = sampler.command(out, {"front": PORT, "other": PORT + 1, "bulk": PORT + 2,
+                                "six": PORT + 3}, {"helper": helper.pid},
+                          interval=0.5, duration=2.0, netns=ns)
+    proc = procs.start(cmd, log=work / "sampled.log", cwd=ROOT)
+    try:
+        assert proc.wait(timeout=20) == 0, (work / "sampled.log").read_text()
+    finally:
+        procs.stop(proc)
+    header, rows = read_csv(out)
+    return out, header, rows
+
+
+@needs_netns
+def test_counts_time_wait_by_class_and_direction(scene, sampled):
+    ns, _, _, v6 = scene
+    _, header, rows = sampled
+    assert header == [
+        "ts", "elapsed_s", "tw_total", "estab_total",
+        "tw_front", "tw_front_client", "tw_front_server", "estab_front",
+        "tw_other", "tw_other_client", "tw_other_server", "estab_other",
+        "tw_bulk", "tw_bulk_client", "tw_bulk_server", "estab_bulk",
+        "tw_six", "tw_six_client", "tw_six_server", "estab_six",
+        "cpu_helper", "rss_mb_helper", "cpu_sampler", "rss_mb_sampler"]
+    assert 3 <= len(rows) <= 5   # 0.5, 1.0, 1.5, 2.0 s (a stalled machine skips a tick)
+    for row in rows:
+        assert int(row["tw_front_client"]) == CLIENT_FIRST
+        assert int(row["tw_front_server"]) == SERVER_FIRST
+        assert int(row["tw_front"]) == CLIENT_FIRST + SERVER_FIRST
+        assert int(row["tw_total"]) == tw_all(v6)
+        assert int(row["estab_front"]) == HELD              # each connection once
+        assert int(row["estab_total"]) == 2 * HELD          # both ends
+        assert [int(row[c]) for c in header[8:12]] == [0, 0, 0, 0]
+        assert [int(row[c]) for c in header[12:16]] == [BULK, BULK, 0, 0]
+        assert [int(row[c]) for c in header[16:20]] == [v6, v6, 0, 0]
+    # the same numbers `ss` gives, with its kernel-side filters
+    def ss(*flt: str) -> int:
+        return len(in_netns(ns, "ss", "-Htan", *flt).splitlines())
+    assert ss("state", "time-wait", "dport", "=", f":{PORT}") == CLIENT_FIRST
+    assert ss("state", "time-wait", "sport", "=", f":{PORT}") == SERVER_FIRST
+    assert ss("state", "established", "dport", "=", f":{PORT}") == HELD
+
+
+@needs_netns
+def test_rows_are_timed_and_cpu_rss_numeric(sampled):
+    _, _, rows = sampled
+    elapsed = [float(r["elapsed_s"]) for r in rows]
+    assert elapsed == sorted(elapsed) and 0.4 < elapsed[0] < 1.2
+    assert abs(float(rows[-1]["ts"]) - time.time()) < 60
+    for row in rows:
+        for col in ("cpu_helper", "rss_mb_helper", "cpu_sampler", "rss_mb_sampler"):
+            assert 0.0 <= float(row[col]) <= 100.0 * (os.cpu_count() or 1) + 50, (col, row)
+        assert float(row["rss_mb_helper"]) > 10   # two Pythons: the helper and its child
+    # the helper's own CPU is ~0: what shows is its child's busy loop
+    assert max(float(r["cpu_helper"]) for r in rows) >= 30
+
+
+@needs_netns
+def test_peaks_of_the_run(sampled):
+    path, header, _ = sampled
+    top = sampler.peaks(path)
+    assert list(top) == header
+    assert top["tw_front_client"] == CLIENT_FIRST and top["tw_front_server"] == SERVER_FIRST
+    assert top["estab_front"] == HELD and top["tw_other"] == 0
+    assert isinstance(top["cpu_helper"], float) and top["cpu_helper"] >= 30
+
+
+def test_peaks_skips_empty_cells_and_a_torn_row(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("ts,tw_front,cpu_app,cpu_gone\n"
+                    "1.5,3,12.5,\n"
+                    "2.5,7,4.0,\n"
+                    "3.5,99")   # killed while writing
+    assert sampler.peaks(path) == {"ts": 2.5, "tw_front": 7, "cpu_app": 12.5, "cpu_gone": None}
+
+
+@needs_netns
+def test_netlink_and_ss_backends_agree(scene):
+    """One dump for both states, one per state, one per family, and `ss`: the same counts."""
+    ns, _, _, v6 = scene
+    code = ("import json\nfrom benchmarks import sampler as s\n"
+            f"ports = [{PORT}, {PORT + 1}, {PORT + 2}, {PORT + 3}]\n"
+            "d = s.DiagCounter()\n"
+            "both = d.count(ports)\n"
+            "each = {**d.count(ports, [s.TCP_ESTABLISHED]), **d.count(ports, [s.TCP_TIME_WAIT])}\n"
+            "d.close()\n"
+            "v2 = s.DiagCounter()\n"
+            "v2._legacy = False   # the per-family request, as on a kernel without the old one\n"
+            "by_family = v2.count(ports)\n"
+            "v2.close()\n"
+            "print(json.dumps([both, each, by_family, s.SsCounter().count(ports)]))\n")
+    if os.path.exists("/proc/net/if_inet6"):   # the kernel has IPv6: the helper used it
+        assert v6 == V6
+    both, each, by_family, ss = json.loads(in_netns(ns, sys.executable, "-c", code))
+    expected = {str(sampler.TCP_ESTABLISHED): [2 * HELD, [HELD, 0, 0, 0], [HELD, 0, 0, 0]],
+                str(sampler.TCP_TIME_WAIT): [tw_all(v6), [SERVER_FIRST, 0, 0, 0],
+                                             [CLIENT_FIRST, 0, BULK, v6]]}
+    assert both == each == by_family == ss == expected
+
+
+@needs_netns
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
+    ns, helper, work, v6 = scene
+    out = work / f"until-{sig.name}.csv"
+    proc = procs.start(sampler.command(out, {"front": PORT}, {"helper": helper.pid},
+                                       interval=0.3, netns=ns),
+                       log=work / f"until-{sig.name}.log", cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 15
+        while not out.exists() or out.read_text().count("\n") < 3:   # header + 2 rows
+            assert proc.poll() is None, (work / f"until-{sig.name}.log").read_text()
+            assert time.monotonic() < deadline, "no rows"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        procs.stop(proc)
+    header, rows = read_csv(out)
+    assert out.read_text().count("ts,elapsed_s") == 1
+    assert len(rows) >= 2
+    assert all(len(r) == len(header) and None not in r.values() for r in rows)
+    assert all(int(r["tw_front"]) == CLIENT_FIRST + SERVER_FIRST for r in rows)
+    assert all(int(r["tw_total"]) == tw_all(v6) for r in rows)
+
+
+@needs_netns
+def test_snapshot_cli_and_api(scene, tmp_path):
+    ns, _, _, v6 = scene
+    listed = in_netns(ns, sys.executable, "-m", "benchmarks.sampler", "--snapshot",
+                      str(tmp_path / "cli"))
+    api = sampler.snapshot(tmp_path / "api", netns=ns)
+    assert sorted(api) == sorted(["ss-tanp.txt", "ss-s.txt", "netstat-tan.txt", "sockstat.txt"])
+    for d in ("cli", "api"):
+        files = {p.name: p.read_text() for p in (tmp_path / d).iterdir()}
+        assert sorted(files) == sorted(api)
+        assert files["ss-tanp.txt"].count("TIME-WAIT") == tw_all(v6)
+        assert f"127.0.0.1:{PORT}" in files["ss-tanp.txt"]
+        assert "users:((" in files["ss-tanp.txt"]          # -p: who holds the sockets
+        assert f"timewait {tw_all(v6)}" in files["ss-s.txt"]
+        assert files["netstat-tan.txt"].count("TIME_WAIT") == tw_all(v6)
+        assert f" tw {tw_all(v6)} " in files["sockstat.txt"]
+    assert len(listed.split()) == 4
+
+
+# Runs on the host: a parent that, once told to, runs two children one after
+# the other, each burning 0.6 s of CPU, and reaps them.
+PARENT = r"""
+import os, subprocess, sys, time
+go, done = sys.argv[1], sys.argv[2]
+deadline = time.monotonic() + 30
+while not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.02)
+burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+for _ in range(2):
+    subprocess.run([sys.executable, "-c", burn], check=True)
+open(done, "w").close()
+time.sleep(30)
+"""
+
+
+def test_cpu_of_a_tree_counts_reaped_children_once(tmp_path):
+    """Children that come, burn CPU and get reaped between samples: counted once each."""
+    go, done, out = tmp_path / "go", tmp_path / "done", tmp_path / "cpu.csv"
+    parent = procs.start([sys.executable, "-c", PARENT, str(go), str(done)],
+                         log=tmp_path / "parent.log")
+    stop = threading.Event()
+    try:
+        s = sampler.Sampler({}, {"parent": parent.pid}, out, interval=0.25)
+        thread = threading.Thread(target=s.run, kwargs={"stop_event": stop}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not out.exists() or out.stat().st_size == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1)   # primed
+        go.touch()
+        while not done.exists():
+            assert parent.poll() is None and time.monotonic() < deadline + 10
+            time.sleep(0.05)
+        time.sleep(0.5)
+        stop.set()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    finally:
+        stop.set()
+        procs.stop(parent)
+    _, rows = read_csv(out)
+    seconds, prev = 0.0, 0.0
+    for row in rows:
+        t = float(row["elapsed_s"])
+        seconds += float(row["cpu_parent"]) / 100 * (t - prev)
+        prev = t
+    # 1.2 s burnt, plus two interpreters starting; twice that if a reaped
+    # child were counted again through its parent
+    assert 1.1 <= seconds <= 1.8, seconds
+
+
+def test_parse_and_columns():
+    assert sampler.parse_classes(["redis=6379", "front=8000"]) == {"redis": 6379, "front": 8000}
+    assert sampler.parse_procs(["app=12", "locust=30", "locust=31"]) == {
+        "app": [12], "locust": [30, 31]}
+    for bad in (["front"], ["front=http"], ["front=0"], ["front=65536"], ["9x=1"],
+                ["a=1", "a=2"], ["total=1"]):
+        with pytest.raises(ValueError):
+            sampler.parse_classes(bad)
+    for bad in (["app=0"], ["sampler=1"], ["app"]):
+        with pytest.raises(ValueError):
+            sampler.parse_procs(bad)
+    assert sampler.columns({"redis": 1}, ["app"]) == [
+        "ts", "elapsed_s", "tw_total", "estab_total", "tw_redis", "tw_redis_client",
+        "tw_redis_server", "estab_redis", "cpu_app", "rss_mb_app", "cpu_sampler",
+        "rss_mb_sampler"]
+    with pytest.raises(ValueError):
+        sampler.columns({"x": 1, "x_client": 2}, [])   # tw_x_client twice
+    with pytest.raises(ValueError):
+        sampler.Sampler({}, {"sampler": 1}, os.devnull)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    for argv in (["--class", "front=1"], ["--out", "x.csv", "--class", "front"],
+                 ["--out", "x.csv", "--interval", "0"]):
+        with pytest.raises(SystemExit) as e:
+            sampler.main(argv)
+        assert e.value.code == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_a_component_not_running_leaves_its_cells_empty(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out = tmp_path / "gone.csv"
+    rows = sampler.Sampler({}, {"gone": gone.pid}, out, interval=0.1).run(duration=0.35)
+    header, data = read_csv(out)
+    assert rows == len(data) >= 3
+    assert all(r["cpu_gone"] == "" and r["rss_mb_gone"] == "" for r in data)
+    assert all(float(r["rss_mb_sampler"]) > 0 for r in data)
+    assert sampler.peaks(out)["cpu_gone"] is None
