@@ -11,8 +11,8 @@ USERS ?= 50
 LAB_ARGS ?=
 
 # Debian/Ubuntu packages the lab runs for real: Redis, Nginx, `ip` (network
-# namespaces), `netstat`, `ps`/`sysctl`.
-SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps
+# namespaces), `netstat`, `ps`/`sysctl`, and `curl` (the exercises use it).
+SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps curl:curl
 
 .PHONY: setup system-packages test lab clean
 

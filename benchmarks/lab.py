@@ -480,11 +480,19 @@ def cmd_list(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    left = [ns for ns in sandbox.list_lab_namespaces()
-            if not pid_alive(ns[len(sandbox.NS_PREFIX):].split("-")[0])]
-    for ns in left:
-        sandbox.delete_namespace(ns)
-        say(f"deleted namespace {ns}")
+    """Delete lab namespaces whose lab is gone (`ftl-<pid>-<stage>`, pid dead), and any
+    other `ftl-` namespace with no process left in it."""
+    left = []
+    for ns in sandbox.list_lab_namespaces():
+        owner = ns[len(sandbox.NS_PREFIX):].split("-")[0]
+        if owner.isdigit():
+            gone = not pid_alive(owner)
+        else:
+            gone = not sandbox.namespace_pids(ns)
+        if gone:
+            sandbox.delete_namespace(ns)
+            left.append(ns)
+            say(f"deleted namespace {ns}")
     if not left:
         say("nothing to clean")
     return 0
@@ -541,6 +549,9 @@ def _terminate(signum, frame):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # Ctrl-C and `kill -INT` stop the lab even when it was started in the background
+    # by a shell that set SIGINT to "ignore" for it; SIGTERM does the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)

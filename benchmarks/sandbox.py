@@ -54,10 +54,14 @@ def list_lab_namespaces() -> list[str]:
             if line.strip().startswith(NS_PREFIX)]
 
 
+def namespace_pids(name: str) -> list[int]:
+    return [int(p) for p in _run(["ip", "netns", "pids", name], check=False).stdout.split()]
+
+
 def kill_namespace_processes(name: str) -> None:
     """TERM, then KILL, whatever still runs inside namespace `name`."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = [int(p) for p in _run(["ip", "netns", "pids", name], check=False).stdout.split()]
+        pids = namespace_pids(name)
         if not pids:
             return
         for pid in pids:
@@ -67,7 +71,7 @@ def kill_namespace_processes(name: str) -> None:
                 pass
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            if not _run(["ip", "netns", "pids", name], check=False).stdout.split():
+            if not namespace_pids(name):
                 return
             time.sleep(0.1)
 
