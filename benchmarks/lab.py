@@ -102,6 +102,7 @@ class Stack:
                     self.box.redis_port)
         server = self.stage.server_command(self.box.app_port)
         self._start("app", [tool(server[0]), *server[1:]], self.box.app_port, self.app_env())
+        self.wait_for_health(f"http://127.0.0.1:{self.box.app_port}/healthz")
         if self.stage.front:
             conf = nginx_conf.render(self.stage.front, self.dir / "nginx", self.box.app_port,
                                      self.box.front_port)
@@ -109,6 +110,23 @@ class Stack:
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
             self._start("nginx", nginx_conf.command(conf), self.box.front_port)
+
+    def wait_for_health(self, url: str, timeout: float = 30) -> None:
+        """Until the app answers /healthz 200: the port opens before the workers boot."""
+        probe = ("import sys, time, urllib.request\n"
+                 f"end = time.monotonic() + {timeout}\n"
+                 "while time.monotonic() < end:\n"
+                 "    try:\n"
+                 "        if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200:\n"
+                 "            sys.exit(0)\n"
+                 "    except OSError:\n"
+                 "        time.sleep(0.2)\n"
+                 "sys.exit(1)\n")
+        code = subprocess.run([*self.box.prefix(), sys.executable, "-c", probe, url],
+                              timeout=timeout + 10).returncode
+        if code != 0:
+            raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
+                              f"see {self.dir / 'app.log'}")
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items()}

@@ -1,0 +1,78 @@
+"""fd_limit for real: one gunicorn worker under `ulimit -n 256` cannot hold 400 sockets.
+
+Redis and the app run in a network namespace (as root; else on free loopback
+ports), the probe opens 400 authenticated Socket.IO connections; under 256
+descriptors some fail and the worker's log says `Too many open files`, under
+4096 all connect. Then nothing the tool started may still run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from benchmarks import fd_limit, sandbox, stages
+
+ROOT = stages.ROOT
+pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) missing")
+
+
+def running_with(marker: str) -> list[str]:
+    """Processes whose command line mentions `marker` (a test's own tmp folder)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if marker in cmdline:
+            found.append(f"{p.info['pid']} {cmdline}")
+    return found
+
+
+def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
+    stage = fd_limit.limited_stage(stages.get("3"), 1024)
+    assert stage.server_command()[:4] == ["prlimit", "--nofile=1024:1024", "--", "gunicorn"]
+    cmd = " ".join(stage.server_command())
+    assert "-w 1 " in cmd and "-k eventlet" in cmd
+    assert f"--worker-connections {fd_limit.WORKER_CONNECTIONS}" in cmd
+    assert stages.get("3").server_command()[:3] == ["gunicorn", "-w", "4"]  # registry untouched
+
+
+def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
+    out = tmp_path / "fd.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.fd_limit", "--nofile", "256,4096", "--connections",
+         "400", "--hold", "2", "--timeout", "3", "--results", str(tmp_path / "results"),
+         "--json", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = proc.communicate(timeout=55)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output[-3000:]
+    low, high = json.loads(out.read_text())
+
+    assert low["nofile"] == 256 and low["worker_nofile"] == [256, 256]
+    assert low["failed"] > 0 and low["ok"] < 256, low
+    assert low["worker_fds_peak"] >= 250, low  # the worker ran into its limit
+    assert low["emfile_lines"] > 0 or {"refused", "closed"} & set(low["reasons"]), low
+
+    assert high["nofile"] == 4096 and high["worker_nofile"] == [4096, 4096]
+    assert high["ok"] == 400 and high["failed"] == 0, high
+    assert high["emfile_lines"] == 0 and high["worker_fds_peak"] > 400
+    assert high["worker_rss_held_mb"] > high["worker_rss_idle_mb"]
+
+    header = next(ln for ln in output.splitlines() if ln.split()[:2] == ["nofile", "tried"])
+    assert header.split()[2:4] == ["ok", "failed"] and "EMFILE" in header
+    # nothing left: no namespace of this run, no worker, no Redis or probe
+    assert not [ns for ns in sandbox.list_lab_namespaces() if ns.startswith(
+        f"{sandbox.NS_PREFIX}{proc.pid}-")]
+    for r in (low, high):
+        assert not psutil.pid_exists(r["worker_pid"]) or \
+            psutil.Process(r["worker_pid"]).status() == psutil.STATUS_ZOMBIE
+    assert running_with(str(tmp_path)) == []

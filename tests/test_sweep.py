@@ -1,0 +1,88 @@
+"""The workers-versus-cores sweep: a real, short one (stage 2, -w 1,2, 3 s each).
+
+Checks the CSV and the table, that the worker count is the only change to
+the registry's stage, and that no namespace or process is left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from benchmarks import sandbox, stages, sweep
+
+ROOT = stages.ROOT
+
+
+def running_with(marker: str) -> list[str]:
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if marker in cmdline:
+            found.append(f"{p.info['pid']} {cmdline}")
+    return found
+
+
+@pytest.mark.parametrize("key", ["1", "2", "3", "3g", "5"])
+def test_with_workers_changes_only_the_worker_count(key):
+    stage = stages.get(key)
+    eight = sweep.with_workers(stage, 8)
+    cmd, original = eight.server_command(), stage.server_command()
+    i = original.index("-w")
+    assert cmd[i + 1] == "8"
+    assert cmd[:i + 1] + cmd[i + 2:] == original[:i + 1] + original[i + 2:]
+    assert (eight.key, eight.dirname, eight.checks) == (stage.key, stage.dirname, stage.checks)
+    assert stages.get(key).server == stage.server  # the registry is not changed
+
+
+def test_with_workers_refuses_a_stage_without_workers():
+    with pytest.raises(ValueError, match="no `-w`"):
+        sweep.with_workers(stages.get("0"), 2)
+
+
+def test_summary_has_mean_and_stdev_per_worker_count():
+    rows = [{"workers": w, "repeat": r, "rps": rps, "p50": 10, "p95": 20, "p99": 30,
+             "failures": 0, "app_cpu": 100.0, "locust_cpu": 50.0, "load1": 1.0}
+            for w, r, rps in ((1, 1, 100.0), (1, 2, 110.0), (1, 3, 120.0), (2, 1, 200.0))]
+    summary = sweep.summarize(rows)
+    assert [s["workers"] for s in summary] == [1, 2]
+    assert summary[0]["rps_mean"] == 110.0 and summary[0]["rps_sd"] == 10.0
+    assert summary[1]["rps_sd"] is None
+    assert "110 ± 10" in sweep.table(summary) and "200 ± -" in sweep.table(summary)
+
+
+def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.sweep", "--workers", "1,2", "--repeats", "1",
+         "--duration", "3", "--warmup", "1", "--users", "20", "--spawn-rate", "20",
+         "--results", str(results)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = proc.communicate(timeout=85)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output[-3000:]
+    (sweep_dir,) = results.glob("*-sweep")
+    with open(sweep_dir / "sweep.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert tuple(rows[0]) == sweep.CSV_COLUMNS
+    assert [(r["workers"], r["repeat"]) for r in rows] == [("1", "1"), ("2", "1")]
+    for r in rows:
+        assert float(r["rps"]) > 0 and float(r["app_cpu"]) > 0, r
+        assert float(r["app_cpu_ms_per_req"]) > 0, r
+        if sandbox.netns_available()[0]:  # context switches are read per namespace
+            assert r["cs_invol_per_req"] != "" and r["cs_vol_per_req"] != "", r
+    assert (sweep_dir / "w2-r1" / stages.get("2").dirname / "locust_stats.csv").exists()
+    assert "req/s (mean ± sd)" in output
+    table_rows = [ln.split() for ln in output.splitlines() if ln.split()[:1] in (["1"], ["2"])]
+    assert [t[0] for t in table_rows[-2:]] == ["1", "2"]
+    assert not [ns for ns in sandbox.list_lab_namespaces()
+                if ns.startswith(f"{sandbox.NS_PREFIX}{proc.pid}-")]
+    assert running_with(str(tmp_path)) == []
