@@ -436,6 +436,7 @@ def cmd_up(args) -> int:
             raise SystemExit(f"lab: stage {old['stage']} is already up (pid {old['pid']}); "
                              "stop it with Ctrl-C first")
     with running_stage(stage, args) as (box, stack, users_file):
+        UP_STATE.parent.mkdir(parents=True, exist_ok=True)
         UP_STATE.write_text(json.dumps({
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "netns": box.name,
             "url": stack.url, "users_file": str(users_file),

@@ -7,12 +7,15 @@ test, and the database is flushed before each test that uses the app.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 import redis
 
 from app import create_app, redis_store
 from benchmarks import procs
+from benchmarks.stages import ROOT
 
 SECRET = "test-secret-key-not-for-production"
 PASSWORD = "correct-horse-battery"
@@ -177,3 +180,17 @@ def _assert_error(response, status: int, code: str | None = None) -> dict:
 def assert_error():
     """``assert_error(response, status, code=None)`` -> the error body."""
     return _assert_error
+
+
+def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
+    """Run `python -m module args` from the repo root, as a user would; (exit code, output).
+
+    Killed (and the test fails on its exit code) if it outlives `timeout`."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output = proc.communicate()[0] + f"\n(killed after {timeout:.0f} s)"
+    return proc.returncode, output

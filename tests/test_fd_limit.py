@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import psutil
 import pytest
+from conftest import run_module
 
 from benchmarks import fd_limit, sandbox, stages
 
@@ -43,18 +42,12 @@ def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
 
 def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.fd_limit", "--nofile", "256,4096", "--connections",
-         "400", "--hold", "2", "--timeout", "3", "--results", str(tmp_path / "results"),
-         "--json", str(out)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        output = proc.communicate(timeout=55)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, output[-3000:]
+    namespaces_before = set(sandbox.list_lab_namespaces())
+    code, output = run_module(
+        "benchmarks.fd_limit", "--nofile", "256,4096", "--connections", "400", "--hold", "2",
+        "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
+        timeout=55)
+    assert code == 0, output[-3000:]
     low, high = json.loads(out.read_text())
 
     assert low["nofile"] == 256 and low["worker_nofile"] == [256, 256]
@@ -70,8 +63,7 @@ def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     header = next(ln for ln in output.splitlines() if ln.split()[:2] == ["nofile", "tried"])
     assert header.split()[2:4] == ["ok", "failed"] and "EMFILE" in header
     # nothing left: no namespace of this run, no worker, no Redis or probe
-    assert not [ns for ns in sandbox.list_lab_namespaces() if ns.startswith(
-        f"{sandbox.NS_PREFIX}{proc.pid}-")]
+    assert set(sandbox.list_lab_namespaces()) <= namespaces_before
     for r in (low, high):
         assert not psutil.pid_exists(r["worker_pid"]) or \
             psutil.Process(r["worker_pid"]).status() == psutil.STATUS_ZOMBIE

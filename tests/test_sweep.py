@@ -7,11 +7,10 @@ the registry's stage, and that no namespace or process is left behind.
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 
 import psutil
 import pytest
+from conftest import run_module
 
 from benchmarks import sandbox, stages, sweep
 
@@ -57,18 +56,12 @@ def test_summary_has_mean_and_stdev_per_worker_count():
 
 def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.sweep", "--workers", "1,2", "--repeats", "1",
-         "--duration", "3", "--warmup", "1", "--users", "20", "--spawn-rate", "20",
-         "--results", str(results)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        output = proc.communicate(timeout=85)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, output[-3000:]
+    namespaces_before = set(sandbox.list_lab_namespaces())
+    code, output = run_module(
+        "benchmarks.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
+        "--warmup", "1", "--users", "20", "--spawn-rate", "20", "--results", str(results),
+        timeout=85)
+    assert code == 0, output[-3000:]
     (sweep_dir,) = results.glob("*-sweep")
     with open(sweep_dir / "sweep.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -83,6 +76,5 @@ def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     assert "req/s (mean ± sd)" in output
     table_rows = [ln.split() for ln in output.splitlines() if ln.split()[:1] in (["1"], ["2"])]
     assert [t[0] for t in table_rows[-2:]] == ["1", "2"]
-    assert not [ns for ns in sandbox.list_lab_namespaces()
-                if ns.startswith(f"{sandbox.NS_PREFIX}{proc.pid}-")]
+    assert set(sandbox.list_lab_namespaces()) <= namespaces_before
     assert running_with(str(tmp_path)) == []
