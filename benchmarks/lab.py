@@ -443,6 +443,8 @@ def cmd_up(args) -> int:
             "ports": {"redis": box.redis_port, "app": box.app_port,
                       "front": box.front_port if stage.front else None}}, indent=2) + "\n")
         try:
+            for note in box.notes:
+                say(f"note: {note}")
             say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
             if box.mode == "netns":
                 say(f"  network namespace {box.name}; Redis :{box.redis_port}, "

@@ -209,3 +209,20 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path):
     assert proc.returncode == 130, rest
     assert set(sandbox.list_lab_namespaces()) <= before
     assert leftovers(str(results)) == []
+
+
+def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_path):
+    """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
+    before = sandbox.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
+    result = lab("run", "--sandbox", "host", "--stages", "4", "--duration", "3", "--warmup",
+                 "1", "--users", "10", "--results", str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "host sysctls NOT applied" in result.stdout
+    assert "loopback" in result.stdout  # the note on what host mode may hide
+    run_dir = (tmp_path / "latest").resolve()
+    metrics = json.loads((run_dir / "04-nginx-proxy" / "metrics.json").read_text())
+    assert metrics["requests"] > 0
+    seen = json.loads((run_dir / "04-nginx-proxy" / "sysctl.json").read_text())
+    assert seen["net.ipv4.ip_local_port_range"] == before["net.ipv4.ip_local_port_range"]
+    assert sandbox.read_sysctls(list(before)) == before
+    assert leftovers(str(tmp_path)) == []
