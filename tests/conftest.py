@@ -10,6 +10,7 @@ import itertools
 import subprocess
 import sys
 
+import psutil
 import pytest
 import redis
 
@@ -194,3 +195,13 @@ def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
         proc.kill()
         output = proc.communicate()[0] + f"\n(killed after {timeout:.0f} s)"
     return proc.returncode, output
+
+
+def running_with(marker: str) -> list[str]:
+    """Processes whose command line mentions `marker` (a test's own tmp folder)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(p.info["cmdline"] or [])
+        if marker in cmdline:
+            found.append(f"{p.info['pid']} {cmdline}")
+    return found

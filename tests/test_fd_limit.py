@@ -13,22 +13,13 @@ import shutil
 
 import psutil
 import pytest
-from conftest import run_module
+from conftest import run_module, running_with
 
 from benchmarks import fd_limit, sandbox, stages
 
 ROOT = stages.ROOT
 pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) missing")
 
-
-def running_with(marker: str) -> list[str]:
-    """Processes whose command line mentions `marker` (a test's own tmp folder)."""
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(p.info["cmdline"] or [])
-        if marker in cmdline:
-            found.append(f"{p.info['pid']} {cmdline}")
-    return found
 
 
 def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():

@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import csv
 
-import psutil
 import pytest
-from conftest import run_module
+from conftest import run_module, running_with
 
 from benchmarks import sandbox, stages, sweep
 
 ROOT = stages.ROOT
 
-
-def running_with(marker: str) -> list[str]:
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(p.info["cmdline"] or [])
-        if marker in cmdline:
-            found.append(f"{p.info['pid']} {cmdline}")
-    return found
 
 
 @pytest.mark.parametrize("key", ["1", "2", "3", "3g", "5"])
