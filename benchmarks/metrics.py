@@ -12,6 +12,7 @@ import csv
 import json
 from pathlib import Path
 
+from benchmarks import sampler
 from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
@@ -65,22 +66,20 @@ def count_in_file(path: Path, needle: str) -> int:
         return sum(line.count(needle) for line in f)
 
 
-def sampler_series(sampler_csv: Path) -> list[dict[str, float]]:
-    """The sampler's rows as numbers (one a second, while the load ran)."""
+def first_sample(sampler_csv: Path) -> dict[str, float]:
+    """The sampler's first row as numbers: what was there when the load started."""
     with open(sampler_csv, newline="") as f:
-        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)}
-                for row in csv.DictReader(f)]
-    if not rows:
+        row = next(csv.DictReader(f), None)
+    if row is None:
         raise ValueError(f"{sampler_csv}: the sampler wrote no row")
-    return rows
+    return {k: float(v) for k, v in row.items() if v not in ("", None)}
 
 
 def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
     m: dict = locust_totals(stage_dir / "locust_stats.csv")
-    rows = sampler_series(stage_dir / "sampler.csv")
-    peaks = {col: max(r.get(col, 0.0) for r in rows) for col in rows[0]}
-    first = rows[0]
+    first = first_sample(stage_dir / "sampler.csv")
+    peaks = sampler.peaks(stage_dir / "sampler.csv")
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
     # one at the peak (those of the last minute). ~1: a connection per request.
@@ -91,10 +90,10 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
             m[f"{col}_peak"] = int(peaks[col]) if present else None
         grown = peaks[f"tw_{cls}"] - first[f"tw_{cls}"] if present else None
         m[f"tw_{cls}_per_request"] = round(max(0.0, grown) / recent, 3) if present else None
-    m["tw_total_peak"] = int(peaks.get("tw_total", 0))
-    m["client_cpu_peak"] = round(peaks.get("cpu_locust", 0.0), 1)
-    m["app_cpu_peak"] = round(peaks.get("cpu_app", 0.0), 1)
-    m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler", 0.0), 1)
+    m["tw_total_peak"] = int(peaks.get("tw_total") or 0)
+    m["client_cpu_peak"] = round(peaks.get("cpu_locust") or 0.0, 1)
+    m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
+    m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
 
     sysctls = json.loads((stage_dir / "sysctl.json").read_text())
     ports = port_range_size(sysctls.get("net.ipv4.ip_local_port_range"))

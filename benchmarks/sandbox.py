@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 
-from benchmarks import procs, stages
+from benchmarks import procs, sampler, stages
 
 NS_PREFIX = "ftl-"
 LOOPBACK_NOTE = (
@@ -174,12 +174,7 @@ class Sandbox:
 
 def time_wait_total() -> int:
     """TIME_WAIT sockets of this network namespace, from /proc/net/sockstat (cheap)."""
-    with open("/proc/net/sockstat") as f:
-        for line in f:
-            if line.startswith("TCP:"):
-                fields = line.split()
-                return int(fields[fields.index("tw") + 1])
-    return 0
+    return sampler.read_sockstat()["tw"]
 
 
 def wait_for_time_wait_drain(limit: int, timeout: float = 65.0, say=print) -> int:

@@ -7,8 +7,11 @@ test, and the database is flushed before each test that uses the app.
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
 import pytest
@@ -205,3 +208,20 @@ def running_with(marker: str) -> list[str]:
         if marker in cmdline:
             found.append(f"{p.info['pid']} {cmdline}")
     return found
+
+
+@contextmanager
+def gunicorn(redis_url: str, workdir, worker_args: list[str]):
+    """A real gunicorn serving the app on a free port (pool mode); yields its URL,
+    logs to workdir/gunicorn.log, stopped on exit."""
+    port = procs.free_port()
+    env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
+           "FLASK_REDIS_MODE": "pool"}
+    gunicorn_bin = Path(sys.executable).parent / "gunicorn"
+    proc = procs.start([str(gunicorn_bin), *worker_args, "-b", f"127.0.0.1:{port}",
+                        "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
+    try:
+        procs.wait_for_port(port, proc=proc, timeout=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        procs.stop(proc)

@@ -11,12 +11,11 @@ import csv
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import gunicorn
 
-from benchmarks import procs
 from benchmarks.stages import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -36,21 +35,6 @@ CHAT_REQUESTS = {
     ("WSIO", "joinRoom"),
     ("WSIO", "sendMessage"),
 }
-
-
-@contextmanager
-def gunicorn(redis_url: str, workdir: Path, worker_args: list[str]):
-    """A real gunicorn serving the app on a free port; yields its URL, logs to workdir."""
-    port = procs.free_port()
-    env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
-           "FLASK_REDIS_MODE": "pool"}
-    proc = procs.start([str(VENV_BIN / "gunicorn"), *worker_args, "-b", f"127.0.0.1:{port}",
-                        "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
-    try:
-        procs.wait_for_port(port, proc=proc, timeout=30)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import gunicorn
 
 from benchmarks import procs
 from benchmarks.stages import ROOT
@@ -26,22 +26,6 @@ WORKERS = {  # worker args, expected server_keepalive
     "eventlet": (["-w", "2", "-k", "eventlet", "--keep-alive", "10"], 1),
     "gevent": (["-w", "2", "-k", "gevent", "--keep-alive", "10"], 1),
 }
-
-
-@contextmanager
-def gunicorn(redis_url: str, workdir: Path, worker_args: list[str]):
-    """A real gunicorn serving the app on a free port; yields its URL, logs to workdir."""
-    port = procs.free_port()
-    env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
-           "FLASK_REDIS_MODE": "pool"}
-    log = workdir / "gunicorn.log"
-    proc = procs.start([str(VENV_BIN / "gunicorn"), *worker_args, "-b", f"127.0.0.1:{port}",
-                        "app.wsgi:app"], log=log, env=env, cwd=ROOT)
-    try:
-        procs.wait_for_port(port, proc=proc, timeout=30)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop(proc)
 
 
 def run_verify(*args) -> subprocess.CompletedProcess:
