@@ -89,16 +89,6 @@ child.kill(); child.wait()
 """
 
 
-def _netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to make a network namespace"
-    if not shutil.which("ip"):
-        return "needs `ip` (iproute2) to make a network namespace"
-    return None
-
-
-needs_netns = pytest.mark.skipif(_netns_unavailable() is not None,
-                                 reason=_netns_unavailable() or "")
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +158,7 @@ def sampled(scene):
     return out, header, rows
 
 
-@needs_netns
+@pytest.mark.netns
 def test_counts_time_wait_by_class_and_direction(scene, sampled):
     ns, _, _, v6 = scene
     _, header, rows = sampled
@@ -198,7 +188,7 @@ def test_counts_time_wait_by_class_and_direction(scene, sampled):
     assert ss("state", "established", "dport", "=", f":{PORT}") == HELD
 
 
-@needs_netns
+@pytest.mark.netns
 def test_rows_are_timed_and_cpu_rss_numeric(sampled):
     _, _, rows = sampled
     elapsed = [float(r["elapsed_s"]) for r in rows]
@@ -212,7 +202,7 @@ def test_rows_are_timed_and_cpu_rss_numeric(sampled):
     assert max(float(r["cpu_helper"]) for r in rows) >= 30
 
 
-@needs_netns
+@pytest.mark.netns
 def test_peaks_of_the_run(sampled):
     path, header, _ = sampled
     top = sampler.peaks(path)
@@ -231,7 +221,7 @@ def test_peaks_skips_empty_cells_and_a_torn_row(tmp_path):
     assert sampler.peaks(path) == {"ts": 2.5, "tw_front": 7, "cpu_app": 12.5, "cpu_gone": None}
 
 
-@needs_netns
+@pytest.mark.netns
 def test_netlink_and_ss_backends_agree(scene):
     """One dump for both states, one per state, one per family, and `ss`: the same counts."""
     ns, _, _, v6 = scene
@@ -255,7 +245,7 @@ def test_netlink_and_ss_backends_agree(scene):
     assert both == each == by_family == ss == expected
 
 
-@needs_netns
+@pytest.mark.netns
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
     ns, helper, work, v6 = scene
@@ -281,7 +271,7 @@ def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
     assert all(int(r["tw_total"]) == tw_all(v6) for r in rows)
 
 
-@needs_netns
+@pytest.mark.netns
 def test_snapshot_cli_and_api(scene, tmp_path):
     ns, _, _, v6 = scene
     listed = in_netns(ns, sys.executable, "-m", "benchmarks.sampler", "--snapshot",

@@ -18,8 +18,6 @@ import pytest
 from benchmarks import metrics, nginx_conf, sandbox, stages
 
 ROOT = stages.ROOT
-ok, why = sandbox.netns_available()
-needs_netns = pytest.mark.skipif(not ok, reason=f"network namespaces unavailable: {why}")
 
 
 def lab(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
@@ -99,7 +97,7 @@ def full_run(tmp_path_factory):
     return {"proc": proc, "run_dir": run_dir, "results": results, "before": before}
 
 
-@needs_netns
+@pytest.mark.netns
 def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     proc, run_dir = full_run["proc"], full_run["run_dir"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -121,7 +119,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
             assert set(c) >= {"name", "expected", "measured", "passed"}
 
 
-@needs_netns
+@pytest.mark.netns
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: f"{s.key}-{s.slug}")
 def test_stage_shows_its_phenomenon(full_run, stage):
     d = full_run["run_dir"] / stage.dirname
@@ -130,7 +128,7 @@ def test_stage_shows_its_phenomenon(full_run, stage):
     assert not failed, json.dumps(failed, indent=1)
 
 
-@needs_netns
+@pytest.mark.netns
 def test_stage_namespaces_had_their_sysctls_and_host_was_untouched(full_run):
     run_dir = full_run["run_dir"]
     for stage in stages.STAGES:
@@ -142,13 +140,13 @@ def test_stage_namespaces_had_their_sysctls_and_host_was_untouched(full_run):
     assert host["net.ipv4.ip_local_port_range"] != "50000 50999"
 
 
-@needs_netns
+@pytest.mark.netns
 def test_nothing_left_after_a_run(full_run):
     assert set(sandbox.list_lab_namespaces()) <= full_run["before"]
     assert leftovers(str(full_run["results"])) == []
 
 
-@needs_netns
+@pytest.mark.netns
 def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     """`lab up` serves a stage until Ctrl-C; `exec` runs inside it; nothing is left."""
     results = tmp_path / "results"
@@ -188,7 +186,7 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     assert not state.exists()
 
 
-@needs_netns
+@pytest.mark.netns
 def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path):
     results = tmp_path / "results"
     before = set(sandbox.list_lab_namespaces())
