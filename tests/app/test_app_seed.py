@@ -13,7 +13,7 @@ import pytest
 
 from app.seed import friend_pairs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("count, friends", [(10, 5), (10, 4), (9, 3), (5, 10), (1, 5), (6, 0)])

@@ -19,7 +19,7 @@ import socketio
 
 from benchmarks import procs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 10  # seconds, for every network wait in this file
 
 

@@ -18,7 +18,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("*.ipynb")
                    if ".ipynb_checkpoints" not in p.parts)
 REFERENCE = ROOT / "notebooks" / "reference-run"

@@ -17,7 +17,7 @@ import pytest
 from benchmarks import plots, reference, report, stages
 from benchmarks.metrics import SUMMARY_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = stages.ROOT
 REFERENCE = ROOT / "notebooks" / "reference-run"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)]+)\)")
