@@ -14,7 +14,7 @@ LAB_ARGS ?=
 # namespaces), `netstat`, `ps`/`sysctl`, and `curl` (the exercises use it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps curl:curl
 
-.PHONY: setup system-packages test lab clean
+.PHONY: setup system-packages test test-fast lint lab clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -42,8 +42,16 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	@touch $@
 
-test: setup
+# The whole suite, lint first (CI runs this).
+test: lint
 	$(PY) -m pytest
+
+# The quick loop while editing: no load runs, no namespaces (a minute or so).
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 lab: setup
 	$(PY) -m benchmarks.lab run --stages $(STAGES) --duration $(DURATION) --users $(USERS) $(LAB_ARGS)

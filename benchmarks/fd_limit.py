@@ -70,7 +70,6 @@ import json
 import os
 import resource
 import selectors
-import signal
 import socket
 import subprocess
 import sys
@@ -82,9 +81,10 @@ from urllib.parse import urlparse
 
 import psutil
 
-from benchmarks import lab, procs, sandbox, stages
+from benchmarks import cli, options, procs, results, runner, sandbox, stages
+from benchmarks.cli import StageFailed, say
 from benchmarks.stages import Stage
-from benchmarks.sweep import stamped_dir, with_workers
+from benchmarks.sweep import with_workers
 
 WORKER_CONNECTIONS = 10000
 SEEDED_USERS = 10
@@ -136,7 +136,7 @@ def gunicorn_worker(master_pid: int, timeout: float = 30) -> psutil.Process:
         if children:
             return children[0]
         time.sleep(0.1)
-    raise lab.StageFailed(f"gunicorn (pid {master_pid}) started no worker in {timeout:.0f} s")
+    raise StageFailed(f"gunicorn (pid {master_pid}) started no worker in {timeout:.0f} s")
 
 
 def count_emfile(log: Path) -> int:
@@ -163,30 +163,30 @@ def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
         n += 1
         round_dir = run_dir / f"nofile-{nofile}-{n}"
     round_dir.mkdir(parents=True)
-    lab.say(f"nofile {nofile}: {' '.join(stage.server_command())}")
+    say(f"nofile {nofile}: {' '.join(stage.server_command())}")
     ns_name = f"{sandbox.NS_PREFIX}{os.getpid()}-fd{nofile}"
     with sandbox.Sandbox(stage, args.sandbox, name=ns_name) as box:
-        stack = lab.Stack(stage, box, round_dir)
+        stack = runner.Stack(stage, box, round_dir)
         probe = None
         try:
             stack.start()
             worker = gunicorn_worker(stack.procs["app"].pid)
-            users_file = lab.seed_users(stack, SEEDED_USERS)
+            users_file = runner.seed_stage_users(stack, SEEDED_USERS)
             out = round_dir / "probe.json"
             cmd = [*box.prefix(), sys.executable, "-m", "benchmarks.fd_limit", "probe",
                    stack.url, "--users-file", str(users_file), "--connections",
                    str(args.connections), "--hold", str(args.hold), "--timeout",
                    str(args.timeout), "--worker-pid", str(worker.pid), "--json", str(out)]
-            probe = procs.start(cmd, log=round_dir / "probe.log", env=lab.child_env(),
+            probe = procs.start(cmd, log=round_dir / "probe.log", env=runner.child_env(),
                                 cwd=stages.ROOT)
             bound = args.connections / 50 + args.timeout * 4 + args.hold + 60
             try:
                 code = probe.wait(timeout=bound)
             except subprocess.TimeoutExpired as e:
-                raise lab.StageFailed(f"the probe did not finish in {bound:.0f} s") from e
+                raise StageFailed(f"the probe did not finish in {bound:.0f} s") from e
             if code != 0 or not out.exists():
                 log = (round_dir / "probe.log").read_text(errors="replace")[-2000:]
-                raise lab.StageFailed(f"the probe failed (exit {code}):\n{log}")
+                raise StageFailed(f"the probe failed (exit {code}):\n{log}")
             result = json.loads(out.read_text())
         finally:
             procs.stop(probe)
@@ -480,15 +480,46 @@ def build_parser() -> argparse.ArgumentParser:
                         f"default here {WORKER_CONNECTIONS}, out of the way)")
     p.add_argument("--worker", choices=tuple(BASE_STAGES), default="eventlet",
                    help="gunicorn worker class (default eventlet, stage 3; gevent: 3g)")
-    p.add_argument("--sandbox", choices=("auto", "netns", "host"), default="auto",
-                   help="a network namespace per round (root) or the host (default: auto)")
-    p.add_argument("--results", default=str(lab.RESULTS), help="results folder")
+    cli.add_sandbox_options(p, per="round")
     p.add_argument("--json", help="write the rounds as JSON to this file")
     return p
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
+def run_rounds(args) -> int:
+    if args.connections < 1:
+        raise options.OptionsError(f"--connections must be >= 1 (got {args.connections})")
+    base = stages.get(BASE_STAGES[args.worker])
+    procs.require_binary("prlimit", "It is in util-linux: `apt-get install util-linux`.")
+    args.sandbox = cli.resolve_sandbox(args.sandbox)
+    run_dir = results.new_run(Path(args.results), suffix="fd-limit")
+    say(f"fd_limit: {args.connections} Socket.IO connections against one {args.worker} "
+        f"worker, nofile {', '.join(map(str, args.nofile))}; sandbox {args.sandbox}; "
+        f"results in {results.rel(run_dir)}")
+    rounds = []
+    try:
+        for asked in args.nofile:
+            nofile, note = applicable(asked)
+            if note:
+                say(f"note: {note}")
+            r = run_round(base, nofile, args, run_dir)
+            r["nofile_asked"] = asked
+            rounds.append(r)
+            say(f"  {r['ok']} connected, {r['failed']} failed "
+                f"({', '.join(f'{k} {v}' for k, v in r['reasons'].items()) or '-'}); "
+                f"worker fds peak {r['worker_fds_peak']}, "
+                f"EMFILE lines in app.log: {r['emfile_lines']}")
+            if r["emfile_example"]:
+                say(f"  app.log: {r['emfile_example']}")
+            if r.get("probe_warning"):
+                say(f"  note: {r['probe_warning']}")
+    finally:
+        if rounds:
+            results.write_json(run_dir / "fd_limit.json", rounds)
+            if args.json:
+                results.write_json(Path(args.json), rounds)
+    say("")
+    say(table(rounds))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -496,52 +527,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["probe"]:
         return probe_main(argv[1:])
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    if args.connections < 1:
-        print("fd_limit: --connections must be >= 1", file=sys.stderr)
-        return 2
-    base = stages.get(BASE_STAGES[args.worker])
-    try:
-        procs.require_binary("prlimit", "It is in util-linux: `apt-get install util-linux`.")
-    except procs.ServiceError as e:
-        print(f"fd_limit: {e}", file=sys.stderr)
-        return 2
-    args.sandbox = lab.resolve_sandbox(args.sandbox)
-    run_dir = stamped_dir(Path(args.results), "fd-limit")
-    lab.say(f"fd_limit: {args.connections} Socket.IO connections against one {args.worker} "
-            f"worker, nofile {', '.join(map(str, args.nofile))}; sandbox {args.sandbox}; "
-            f"results in {run_dir}")
-    rounds = []
-    try:
-        for asked in args.nofile:
-            nofile, note = applicable(asked)
-            if note:
-                lab.say(f"note: {note}")
-            r = run_round(base, nofile, args, run_dir)
-            r["nofile_asked"] = asked
-            rounds.append(r)
-            lab.say(f"  {r['ok']} connected, {r['failed']} failed "
-                    f"({', '.join(f'{k} {v}' for k, v in r['reasons'].items()) or '-'}); "
-                    f"worker fds peak {r['worker_fds_peak']}, "
-                    f"EMFILE lines in app.log: {r['emfile_lines']}")
-            if r["emfile_example"]:
-                lab.say(f"  app.log: {r['emfile_example']}")
-            if r.get("probe_warning"):
-                lab.say(f"  note: {r['probe_warning']}")
-    except (lab.StageFailed, sandbox.SandboxError, procs.ServiceError) as e:
-        lab.say(f"fd_limit: a round failed to run: {e}")
-        return 1
-    except KeyboardInterrupt:
-        lab.say("\nfd_limit: interrupted; everything it started is stopped")
-        return 130
-    finally:
-        if rounds:
-            (run_dir / "fd_limit.json").write_text(json.dumps(rounds, indent=2) + "\n")
-            if args.json:
-                Path(args.json).write_text(json.dumps(rounds, indent=2) + "\n")
-    lab.say("")
-    lab.say(table(rounds))
-    return 0
+    return cli.main("fd_limit", run_rounds, args, leftovers=runner.leftovers)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
 """Turn one stage's captures into the numbers its checks and the summary use.
 
 Reads, from a stage folder of a results run: Locust's `locust_stats.csv`, the
-sampler's `sampler.csv`, Nginx's `nginx/error.log`, `verify.json` and
-`sysctl.json`. Every metric is a plain number (or None when it does not apply
-to the stage), so `checks.json` and `summary.csv` can show where it came from.
+sampler's `sampler.csv`, `nginx/errors.json` (counted from Nginx's error log
+when the stage ends), `verify.json` and `sysctl.json`. Every metric is a
+plain number (or None when it does not apply to the stage), so `checks.json`
+and `summary.csv` can show where it came from. `CATALOGUE` names each one,
+with its source and meaning; a test keeps it and `compute` in step.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import sampler
+from benchmarks import results, sampler
 from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
@@ -21,6 +23,62 @@ EADDRNOTAVAIL = "(99: Cannot assign requested address)"
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
 SUMMARY_COLUMNS = ("stage", "rps", "p50_ms", "p95_ms", "p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_peak")
+# The sampler's connection classes (benchmarks/stages.py: Stage.connection_classes).
+CLASSES = ("redis", "upstream", "front")
+
+
+@dataclass(frozen=True)
+class Metric:
+    source: str  # file (and column) in the stage folder it is computed from
+    meaning: str
+
+
+_LOCUST = f"{results.LOCUST_STATS}, Aggregated row"
+_SAMPLER = results.SAMPLER_CSV
+
+
+def _class_metrics(cls: str, what: str) -> dict[str, Metric]:
+    return {
+        f"tw_{cls}_peak": Metric(f"{_SAMPLER} tw_{cls}", f"most TIME_WAIT sockets {what}"),
+        f"tw_{cls}_client_peak": Metric(f"{_SAMPLER} tw_{cls}_client",
+                                        f"most TIME_WAIT {what} held by the connecting side"),
+        f"tw_{cls}_server_peak": Metric(f"{_SAMPLER} tw_{cls}_server",
+                                        f"most TIME_WAIT {what} held by the listening side"),
+        f"estab_{cls}_peak": Metric(f"{_SAMPLER} estab_{cls}",
+                                    f"most ESTABLISHED connections {what}"),
+        f"tw_{cls}_per_request": Metric(
+            f"{_SAMPLER} tw_{cls}, {_LOCUST}",
+            f"TIME_WAIT {what} made during the load per request of the last "
+            f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections"),
+    }
+
+
+CATALOGUE: dict[str, Metric] = {
+    "requests": Metric(f"{_LOCUST} Request Count", "requests Locust sent and timed"),
+    "failures": Metric(f"{_LOCUST} Failure Count", "requests that failed (e.g. 502s)"),
+    "rps": Metric(f"{_LOCUST} Requests/s", "answered (not failed) requests a second"),
+    "locust_rps": Metric(f"{_LOCUST} Requests/s", "Locust's own figure, failures included"),
+    "p50_ms": Metric(f"{_LOCUST} 50%", "median response time, ms"),
+    "p95_ms": Metric(f"{_LOCUST} 95%", "95th percentile response time, ms"),
+    "p99_ms": Metric(f"{_LOCUST} 99%", "99th percentile response time, ms"),
+    **_class_metrics("redis", "between the app and Redis"),
+    **_class_metrics("upstream", "between Nginx and the app (stages with a front)"),
+    **_class_metrics("front", "between the client and the entry port"),
+    "tw_total_peak": Metric(f"{_SAMPLER} tw_total", "most TIME_WAIT sockets in the stage"),
+    "client_cpu_peak": Metric(f"{_SAMPLER} cpu_locust", "Locust's highest CPU, % of one core"),
+    "app_cpu_peak": Metric(f"{_SAMPLER} cpu_app", "the app server's highest CPU, % of one core"),
+    "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
+    "local_ports": Metric(f"{results.SYSCTL_JSON} net.ipv4.ip_local_port_range",
+                          "how many local ports a connecting side may use"),
+    "nginx_eaddrnotavail": Metric(
+        f"{results.NGINX_ERRORS} eaddrnotavail",
+        f"lines of Nginx's error log with `{EADDRNOTAVAIL}`: connect() found no free port"),
+    "upstream_ports_in_time_wait": Metric(
+        f"{_SAMPLER} tw_upstream_client, {results.SYSCTL_JSON}",
+        "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
+    "server_keepalive": Metric(f"{results.VERIFY_JSON} server_keepalive",
+                               "1 when the server answered `Connection: keep-alive`, 0 if not"),
+}
 
 
 def locust_totals(stats_csv: Path) -> dict:
@@ -77,14 +135,14 @@ def first_sample(sampler_csv: Path) -> dict[str, float]:
 
 def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
-    m: dict = locust_totals(stage_dir / "locust_stats.csv")
-    first = first_sample(stage_dir / "sampler.csv")
-    peaks = sampler.peaks(stage_dir / "sampler.csv")
+    m: dict = locust_totals(stage_dir / results.LOCUST_STATS)
+    first = first_sample(stage_dir / results.SAMPLER_CSV)
+    peaks = sampler.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
     # one at the peak (those of the last minute). ~1: a connection per request.
     recent = max(1, min(m["requests"], m["locust_rps"] * TIME_WAIT_SECONDS))
-    for cls in ("redis", "upstream", "front"):
+    for cls in CLASSES:
         present = f"tw_{cls}" in peaks  # `upstream` exists only behind Nginx
         for col in (f"tw_{cls}", f"tw_{cls}_client", f"tw_{cls}_server", f"estab_{cls}"):
             m[f"{col}_peak"] = int(peaks[col]) if present else None
@@ -95,30 +153,81 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
 
-    sysctls = json.loads((stage_dir / "sysctl.json").read_text())
+    sysctls = results.read_json(stage_dir / results.SYSCTL_JSON)
     ports = port_range_size(sysctls.get("net.ipv4.ip_local_port_range"))
     m["local_ports"] = ports
     if stage.front:
-        m["nginx_eaddrnotavail"] = count_in_file(stage_dir / "nginx" / "error.log", EADDRNOTAVAIL)
+        m["nginx_eaddrnotavail"] = nginx_errors(stage_dir)["eaddrnotavail"]
         m["upstream_ports_in_time_wait"] = (
             round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)
     else:
         m["nginx_eaddrnotavail"] = None
         m["upstream_ports_in_time_wait"] = None
 
-    verify = json.loads((stage_dir / "verify.json").read_text())
+    verify = results.read_json(stage_dir / results.VERIFY_JSON)
     m["server_keepalive"] = verify.get("server_keepalive")
     return m
 
 
+def summarize_nginx_errors(stage_dir: Path) -> dict | None:
+    """Count, once, the errors the checks read from Nginx's error log into errors.json:
+    the log itself can be tens of MB (stage 4), too big to keep in a reference copy."""
+    counts = nginx_error_counts(stage_dir)
+    if counts is not None:
+        results.write_json(stage_dir / results.NGINX_ERRORS, counts)
+    return counts
+
+
+def nginx_error_counts(stage_dir: Path) -> dict | None:
+    """What the checks count in the stage's Nginx error log; None without a log."""
+    log = stage_dir / results.NGINX_ERROR_LOG
+    if not log.exists():
+        return None
+    return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL)}
+
+
+def nginx_errors(stage_dir: Path) -> dict:
+    path = stage_dir / results.NGINX_ERRORS
+    if path.exists():
+        return results.read_json(path)
+    return summarize_nginx_errors(stage_dir) or {"eaddrnotavail": 0}
+
+
+def answered(metrics: dict) -> int:
+    return (metrics.get("requests") or 0) - (metrics.get("failures") or 0)
+
+
 def evaluate(stage: Stage, metrics: dict) -> list[dict]:
-    """The stage's checks against its metrics: [{name, expected, measured, passed, why}]."""
+    """The stage's checks against its metrics: [{name, expected, measured, passed, why}].
+
+    A stage that answered no request shows nothing, whatever its numbers say: every
+    check fails then, and says why.
+    """
+    served = answered(metrics) > 0
     return [{"name": c.metric, "expected": c.expected(), "measured": metrics.get(c.metric),
-             "passed": c.passes(metrics.get(c.metric)), "why": c.why} for c in stage.checks]
+             "passed": served and c.passes(metrics.get(c.metric)),
+             "why": c.why if served else f"no request was answered; {c.why}"}
+            for c in stage.checks]
 
 
-def summary_row(stage: Stage, metrics: dict) -> dict:
-    row = {"stage": stage.dirname}
-    for col in SUMMARY_COLUMNS[1:]:
-        row[col] = metrics.get(col)
-    return row
+def client_bound(metrics: dict) -> bool:
+    """Did Locust pass CLIENT_CPU_LIMIT? Then the numbers measure the client."""
+    return (metrics.get("client_cpu_peak") or 0) > CLIENT_CPU_LIMIT
+
+
+def mean_cpu(sampler_csv: Path, column: str) -> float | None:
+    """Mean of a sampler CPU column over the measured run, weighted by each sample's
+    interval (a row's CPU covers the time since the row before). None if never sampled."""
+    if not Path(sampler_csv).exists():
+        return None
+    total = weight = 0.0
+    prev = 0.0
+    with open(sampler_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            elapsed = float(row["elapsed_s"])
+            dt, prev = max(0.0, elapsed - prev), elapsed
+            if row.get(column) in (None, ""):
+                continue
+            total += float(row[column]) * dt
+            weight += dt
+    return round(total / weight, 1) if weight > 0 else None

@@ -24,7 +24,6 @@ one whose stage failed to run, still plots what is there.
 from __future__ import annotations
 
 import io
-import json
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +35,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 from PIL import Image
 
-from benchmarks import metrics, stages
+from benchmarks import metrics, results
 from benchmarks.metrics import TIME_WAIT_SECONDS, port_range_size
+from benchmarks.results import run_info
 from benchmarks.stages import Stage
 
 # One sentence per plot on how to read it; report.md and the notebook print these.
@@ -114,21 +114,14 @@ class StageRun:
 
 def stage_runs(run_dir) -> list[StageRun]:
     """The run's stages that have results (`metrics.json`), in registry order."""
-    run_dir = Path(run_dir)
-    return [StageRun(s, run_dir / s.dirname) for s in stages.STAGES
-            if (run_dir / s.dirname / "metrics.json").exists()]
-
-
-def run_info(run_dir) -> dict:
-    """run.json: parameters, versions, kernel, cores."""
-    return json.loads((Path(run_dir) / "run.json").read_text())
+    return [StageRun(stage, folder) for stage, folder in results.measured_stages(run_dir)]
 
 
 def metrics_frame(run_dir) -> pd.DataFrame:
     """One row per stage: every number of its metrics.json, indexed by the stage folder name."""
     rows = []
     for sr in stage_runs(run_dir):
-        m = json.loads((sr.dir / "metrics.json").read_text())
+        m = results.read_json(sr.dir / results.METRICS_JSON)
         rows.append({"stage": sr.stage.dirname, "key": sr.stage.key, "label": sr.label,
                      "title": sr.stage.title, "front": sr.stage.front, **m})
     if not rows:
@@ -150,7 +143,7 @@ def sampler_frame(run_dir) -> pd.DataFrame:
     """
     parts = []
     for sr in stage_runs(run_dir):
-        path = sr.dir / "sampler.csv"
+        path = sr.dir / results.SAMPLER_CSV
         if not path.exists():
             continue
         df = pd.read_csv(path)
@@ -174,7 +167,7 @@ def history_frame(run_dir) -> pd.DataFrame:
     """
     parts = []
     for sr in stage_runs(run_dir):
-        path = sr.dir / "locust_stats_history.csv"
+        path = sr.dir / results.LOCUST_HISTORY
         if not path.exists():
             continue
         df = pd.read_csv(path)
@@ -194,7 +187,7 @@ def history_frame(run_dir) -> pd.DataFrame:
 
 
 def _sampler_start(stage_dir: Path, default: float) -> float:
-    path = stage_dir / "sampler.csv"
+    path = stage_dir / results.SAMPLER_CSV
     if not path.exists():
         return float(default)
     df = pd.read_csv(path, usecols=["ts", "elapsed_s"], nrows=1)
@@ -204,32 +197,26 @@ def _sampler_start(stage_dir: Path, default: float) -> float:
 def cpu_frame(run_dir) -> pd.DataFrame:
     """Mean CPU (% of one core) of each component over the measured window: stage x component.
 
-    Each sample's CPU covers the interval since the previous one, so the mean is weighted
-    by those intervals. A component a stage does not have (Nginx without a proxy) is NaN.
+    `metrics.mean_cpu` (weighted by each sample's interval). A component a stage does not
+    have (Nginx without a proxy) is NaN.
     """
-    samples = sampler_frame(run_dir)
-    labels = [sr.stage.dirname for sr in stage_runs(run_dir)]
-    out = pd.DataFrame(index=pd.Index(labels, name="stage"), columns=list(COMPONENTS),
-                       dtype=float)
-    for stage_name, df in samples.groupby("stage", sort=False):
-        dt = df["elapsed_s"].diff().fillna(df["elapsed_s"].iloc[0]).clip(lower=0)
+    runs = stage_runs(run_dir)
+    out = pd.DataFrame(index=pd.Index([sr.stage.dirname for sr in runs], name="stage"),
+                       columns=list(COMPONENTS), dtype=float)
+    for sr in runs:
         for comp in COMPONENTS:
-            col = f"cpu_{comp}"
-            if col not in df or df[col].isna().all():
-                continue
-            ok = df[col].notna()
-            weight = dt[ok].sum()
-            out.loc[stage_name, comp] = (float((df.loc[ok, col] * dt[ok]).sum() / weight)
-                                         if weight > 0 else float(df.loc[ok, col].mean()))
+            mean = metrics.mean_cpu(sr.dir / results.SAMPLER_CSV, f"cpu_{comp}")
+            if mean is not None:
+                out.loc[sr.stage.dirname, comp] = mean
     return out
 
 
 def local_ports(stage_dir: Path) -> int | None:
     """The stage's local port range size, from sysctl.json (`50000 50999` -> 1000)."""
-    path = stage_dir / "sysctl.json"
+    path = stage_dir / results.SYSCTL_JSON
     if not path.exists():
         return None
-    return port_range_size(json.loads(path.read_text()).get("net.ipv4.ip_local_port_range"))
+    return port_range_size(results.read_json(path).get("net.ipv4.ip_local_port_range"))
 
 
 # --- drawing ---------------------------------------------------------------------
@@ -494,7 +481,7 @@ def cpu(run_dir, out=None) -> Figure:
              else pd.Series(np.nan, index=m.index)).reindex(frame.index)
     for i, (mean, peak) in enumerate(zip(frame["locust"].fillna(0.0), peaks, strict=True)):
         peak = mean if pd.isna(peak) else peak
-        busy = max(mean, peak) >= metrics.CLIENT_CPU_LIMIT
+        busy = metrics.client_bound({"client_cpu_peak": max(mean, peak)})
         # whole percents, rounded down: 89.6 must not read "90" when the flag is off
         ax.annotate(f"Locust {int(mean)}%\npeak {int(peak)}%" + ("\nclient-bound!" if busy else ""),
                     (i, base[i]), xytext=(0, 3), textcoords="offset points", ha="center",

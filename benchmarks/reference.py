@@ -8,9 +8,11 @@ what the analysis reads and drops the rest:
 
 - run folder: run.json, summary.csv, report.md (regenerated, with plots/*.png)
 - per stage:  locust_stats.csv, locust_stats_history.csv (Aggregated rows only),
-              sampler.csv, metrics.json, checks.json, sysctl.json, verify.json
-- not copied: server/Nginx/Locust logs, ss/netstat snapshots, users.json
-              (seeded passwords), Redis data, locust_failures.csv and the rest
+              sampler.csv, metrics.json, checks.json, sysctl.json, verify.json,
+              nginx/errors.json (what the checks count in Nginx's error log)
+- not copied: server/Nginx/Locust logs (stage 4's error log alone is tens of MB),
+              ss/netstat snapshots, users.json (seeded passwords), Redis data,
+              locust_failures.csv and the rest
 
 RUN_DIR itself is only read. notebooks/reference-run/ is replaced as a whole.
 `report.md`, `summary.csv` and the plots are written again by
@@ -21,17 +23,17 @@ the copy. The command ends with the copy's size (it should stay well under 1 MB)
 from __future__ import annotations
 
 import csv
-import json
 import shutil
 import sys
 from pathlib import Path
 
-from benchmarks import report, stages
+from benchmarks import metrics, report, results, stages
 
 DEST = stages.ROOT / "notebooks" / "reference-run"
-RUN_FILES = ("run.json", "summary.csv", "report.md")
-STAGE_FILES = ("locust_stats.csv", "locust_stats_history.csv", "sampler.csv", "metrics.json",
-               "checks.json", "sysctl.json", "verify.json")
+RUN_FILES = (results.RUN_JSON, results.SUMMARY_CSV, results.REPORT_MD)
+STAGE_FILES = (results.LOCUST_STATS, results.LOCUST_HISTORY, results.SAMPLER_CSV,
+               results.METRICS_JSON, results.CHECKS_JSON, results.SYSCTL_JSON,
+               results.VERIFY_JSON, results.NGINX_ERRORS)
 SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
 
 
@@ -51,7 +53,7 @@ def _copy_history(src: Path, dest: Path) -> None:
 def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
     """Replace dest with the curated subset of run_dir; the files written, sorted."""
     run_dir = Path(run_dir).resolve()
-    if not (run_dir / "run.json").exists():
+    if not results.is_run(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a lab run folder (no run.json)")
     dest = Path(dest)
     if dest.resolve() == run_dir:
@@ -62,20 +64,23 @@ def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
     for name in RUN_FILES:
         if (run_dir / name).exists():
             shutil.copyfile(run_dir / name, dest / name)
-    info = json.loads((run_dir / "run.json").read_text())
-    for stage in stages.STAGES:
-        src = run_dir / stage.dirname
-        if not src.is_dir():
-            continue
-        (dest / stage.dirname).mkdir()
+    info = results.run_info(run_dir)
+    for stage, src in results.present_stages(run_dir):
         for name in STAGE_FILES:
             if not (src / name).exists():
                 continue
-            if name == "locust_stats_history.csv":
-                _copy_history(src / name, dest / stage.dirname / name)
+            target = results.stage_dir(dest, stage) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if name == results.LOCUST_HISTORY:
+                _copy_history(src / name, target)
             else:
-                shutil.copyfile(src / name, dest / stage.dirname / name)
-    if any((dest / s.dirname / "metrics.json").exists() for s in stages.STAGES):
+                shutil.copyfile(src / name, target)
+        counts = metrics.nginx_error_counts(src)  # a run older than errors.json has only the log
+        if counts is not None and not (src / results.NGINX_ERRORS).exists():
+            target = results.stage_dir(dest, stage) / results.NGINX_ERRORS
+            target.parent.mkdir(parents=True, exist_ok=True)
+            results.write_json(target, counts)
+    if any(results.measured_stages(dest)):
         report.write(dest)
     elif info.get("stages"):
         print("reference: no stage of this run has metrics.json; report.md copied as is")

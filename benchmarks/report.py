@@ -11,12 +11,11 @@ results folder at any time.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import traceback
 from pathlib import Path
 
-from benchmarks import plots, stages
+from benchmarks import metrics, plots, results
 from benchmarks.metrics import SUMMARY_COLUMNS
 
 TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("p50_ms", "p50 ms"),
@@ -28,14 +27,10 @@ TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("p50_ms", "p50 ms"),
 
 def stage_results(run_dir: Path) -> list[dict]:
     """[{stage, metrics, checks}] for every stage folder that has metrics, in registry order."""
-    found = []
-    for stage in stages.STAGES:
-        d = run_dir / stage.dirname
-        if (d / "metrics.json").exists():
-            found.append({"stage": stage, "dir": d,
-                          "metrics": json.loads((d / "metrics.json").read_text()),
-                          "checks": json.loads((d / "checks.json").read_text())})
-    return found
+    return [{"stage": stage, "dir": d,
+             "metrics": results.read_json(d / results.METRICS_JSON),
+             "checks": results.read_json(d / results.CHECKS_JSON)}
+            for stage, d in results.measured_stages(run_dir)]
 
 
 def _cell(value) -> str:
@@ -78,9 +73,9 @@ def checks_section(run_dir: Path) -> str:
             mark = "pass" if c["passed"] else "**FAIL**"
             lines.append(f"- {mark}: `{c['expected']}`, measured `{c['measured']}` "
                          f"({c['why']})")
-        if (r["metrics"].get("client_cpu_peak") or 0) > 90:
-            lines.append("- note: Locust passed 90% of a core; these numbers measure the "
-                         "client as much as the server")
+        if metrics.client_bound(r["metrics"]):
+            lines.append(f"- note: Locust passed {metrics.CLIENT_CPU_LIMIT:.0f}% of a core; "
+                         "these numbers measure the client as much as the server")
         lines.append("")
     return "\n".join(lines)
 
@@ -91,7 +86,7 @@ def plots_section(run_dir: Path) -> str:
     A plot that cannot be drawn is named in the report rather than stopping it: the
     summary and checks of a finished run matter more than one picture.
     """
-    out_dir = run_dir / "plots"
+    out_dir = run_dir / results.PLOTS
     lines = []
     for name, draw in plots.PLOTS.items():
         path = out_dir / f"{name}.png"
@@ -106,7 +101,7 @@ def plots_section(run_dir: Path) -> str:
             path.unlink(missing_ok=True)
             continue
         lines += [f"### {plots.TITLES[name]}", "",
-                  f"![{plots.TITLES[name]}](plots/{path.name})", "",
+                  f"![{plots.TITLES[name]}]({results.PLOTS}/{path.name})", "",
                   f"*How to read it:* {plots.HOW_TO_READ[name]}", ""]
     return "\n".join(lines)
 
@@ -115,7 +110,8 @@ def not_run_section(run_dir: Path, info: dict) -> str:
     """Stages the lab tried and that did not produce results, with the error it recorded."""
     lines = []
     for key, entry in (info.get("stages") or {}).items():
-        if "error" in entry or not (run_dir / entry.get("dir", "-") / "metrics.json").exists():
+        measured = (run_dir / entry.get("dir", "-") / results.METRICS_JSON).exists()
+        if "error" in entry or not measured:
             first = str(entry.get("error", "no metrics.json")).strip().splitlines()[:1]
             lines.append(f"- stage {key} ({entry.get('dir')}) did not run: "
                          f"{first[0] if first else 'no metrics.json'}")
@@ -126,11 +122,11 @@ def write(run_dir: Path) -> None:
     """summary.csv, report.md and plots/*.png in run_dir."""
     run_dir = Path(run_dir)
     table = rows(run_dir)
-    with open(run_dir / "summary.csv", "w", newline="") as f:
+    with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
-    info = json.loads((run_dir / "run.json").read_text())
+    info = results.run_info(run_dir)
     params = info.get("parameters", {})
     text = [
         f"# Lab run {run_dir.name}" + ("" if run_dir.name[:1].isdigit()  # results/<timestamp>
@@ -164,13 +160,13 @@ def write(run_dir: Path) -> None:
         "",
         checks_section(run_dir),
     ]
-    (run_dir / "report.md").write_text("\n".join(text))
+    (run_dir / results.REPORT_MD).write_text("\n".join(text))
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    run_dir = Path(argv[0]) if argv else stages.ROOT / "results" / "latest"
-    if not (run_dir / "run.json").exists():
+    run_dir = Path(argv[0]) if argv else results.RESULTS / results.LATEST
+    if not results.is_run(run_dir):
         print(f"report: {run_dir} is not a lab run folder (no run.json); "
               "run `make lab` first or name a folder under results/")
         return 2

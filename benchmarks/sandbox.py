@@ -13,11 +13,14 @@ ports, reports the host's sysctls and changes them only when asked to
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 from benchmarks import procs, sampler, stages
 
@@ -28,8 +31,25 @@ LOOPBACK_NOTE = (
     "show. Run as root for a namespace per stage, or pass --apply-host-sysctls.")
 
 
+# Host mode writes the host's sysctls here before changing them, so `lab clean` can put
+# them back after a `kill -9` (one file per lab process: `<pid>.json`).
+HOST_SYSCTL_STATE = Path("/run/flask-tuning-lab/host-sysctls")
+
+
 class SandboxError(RuntimeError):
     pass
+
+
+@contextmanager
+def uninterrupted():
+    """Hold SIGINT/SIGTERM while stopping things: a Ctrl-C pressed again in the middle
+    of a clean-up must not cut it short. A held signal arrives when the block ends."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def netns_available() -> tuple[bool, str]:
@@ -52,6 +72,36 @@ def list_lab_namespaces() -> list[str]:
     out = _run(["ip", "netns", "list"], check=False).stdout
     return [line.split()[0] for line in out.splitlines()
             if line.strip().startswith(NS_PREFIX)]
+
+
+def namespace_owner(name: str) -> int | None:
+    """The pid in a lab namespace's name (`ftl-<pid>-<what>`), if it has one."""
+    owner = name[len(NS_PREFIX):].split("-")[0]
+    return int(owner) if owner.isdigit() else None
+
+
+def owned_namespaces(pid: int) -> list[str]:
+    """The lab namespaces that the lab process `pid` made and that still exist."""
+    return [ns for ns in list_lab_namespaces() if namespace_owner(ns) == pid]
+
+
+def pid_alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_namespaces() -> list[str]:
+    """Lab namespaces whose lab is gone: named after a pid that no longer runs. A
+    namespace without a pid in its name is not judged (it is not one the lab makes)."""
+    return [ns for ns in list_lab_namespaces()
+            if namespace_owner(ns) is not None and not pid_alive(namespace_owner(ns))]
 
 
 def namespace_pids(name: str) -> list[int]:
@@ -77,8 +127,35 @@ def kill_namespace_processes(name: str) -> None:
 
 
 def delete_namespace(name: str) -> None:
-    kill_namespace_processes(name)
-    _run(["ip", "netns", "del", name], check=False)
+    with uninterrupted():
+        kill_namespace_processes(name)
+        _run(["ip", "netns", "del", name], check=False)
+
+
+def _state_file(pid: int) -> Path:
+    return HOST_SYSCTL_STATE / f"{pid}.json"
+
+
+def save_host_sysctls(saved: dict[str, str]) -> None:
+    HOST_SYSCTL_STATE.mkdir(parents=True, exist_ok=True)
+    _state_file(os.getpid()).write_text(json.dumps(saved) + "\n")
+
+
+def forget_host_sysctls() -> None:
+    _state_file(os.getpid()).unlink(missing_ok=True)
+
+
+def restore_stale_host_sysctls() -> list[str]:
+    """Put back the host sysctls of host-mode labs that were killed before they could."""
+    restored = []
+    for path in sorted(HOST_SYSCTL_STATE.glob("*.json")) if HOST_SYSCTL_STATE.is_dir() else []:
+        if path.stem.isdigit() and pid_alive(int(path.stem)):
+            continue
+        saved = json.loads(path.read_text())
+        write_sysctls(saved)
+        path.unlink()
+        restored += [f"{k}={v}" for k, v in saved.items()]
+    return restored
 
 
 def read_sysctls(keys, prefix: list[str] | None = None) -> dict[str, str]:
@@ -135,8 +212,9 @@ class Sandbox:
         if self.mode == "netns":
             if self.name in list_lab_namespaces():
                 delete_namespace(self.name)
-            _run(["ip", "netns", "add", self.name])
             try:
+                with uninterrupted():  # made and owned as one step, or not at all
+                    _run(["ip", "netns", "add", self.name])
                 _run(["ip", "-n", self.name, "link", "set", "lo", "up"])
                 write_sysctls(wanted, self.prefix())
             except BaseException:
@@ -150,6 +228,7 @@ class Sandbox:
             differs = {k: v for k, v in wanted.items() if current.get(k) != v}
             if differs and self.apply_host_sysctls:
                 self._saved = {k: current[k] for k in differs}
+                save_host_sysctls(self._saved)  # before the change: a kill -9 can come any time
                 write_sysctls(differs)
                 self.notes.append(f"host sysctls changed for this stage (restored after): "
                                   f"{differs}")
@@ -165,11 +244,13 @@ class Sandbox:
         return read_sysctls(keys, self.prefix())
 
     def __exit__(self, *exc) -> None:
-        if self.mode == "netns":
-            delete_namespace(self.name)
-        elif self._saved:
-            write_sysctls(self._saved)
-            self._saved = {}
+        with uninterrupted():
+            if self.mode == "netns":
+                delete_namespace(self.name)
+            elif self._saved:
+                write_sysctls(self._saved)
+                forget_host_sysctls()
+                self._saved = {}
 
 
 def time_wait_total() -> int:

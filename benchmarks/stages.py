@@ -60,7 +60,7 @@ class Check:
                 "==": value == self.threshold}[self.op]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stage:
     key: str  # "0".."5"; gevent twins end in "g"
     slug: str
@@ -79,10 +79,6 @@ class Stage:
     def dirname(self) -> str:
         """Folder name of this stage inside a results run: `03-eventlet-keepalive`."""
         return f"{int(self.key.rstrip('g')):02d}{'g' if self.key.endswith('g') else ''}-{self.slug}"
-
-    @property
-    def entry_port(self) -> int:
-        return FRONT_PORT if self.front else APP_PORT
 
     def server_command(self, app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_port=app_port) for part in self.server]
@@ -133,40 +129,49 @@ NO_EADDRNOTAVAIL = _eq("nginx_eaddrnotavail", 0, "no connect() failure in Nginx'
 NO_FAILURES = _eq("failures", 0, "every request answered")
 
 STAGES: tuple[Stage, ...] = (
-    Stage("0", "builtin", "Flask's built-in server", BUILTIN, "per-request", None,
-          ("baseline",), HTTP_USERS, (REDIS_CHURN,),
-          "TIME_WAIT toward Redis grows with every request"),
-    Stage("1", "gunicorn-sync", "gunicorn sync workers", GUNICORN_SYNC, "per-request", None,
-          ("baseline",), HTTP_USERS, (REDIS_CHURN, FRONT_CHURN, FRONT_CLOSE_HEADER),
-          "more throughput on 2+ cores; the server closes every client connection"),
-    Stage("2", "connection-pool", "a Redis connection pool", GUNICORN_SYNC, "pool", None,
-          ("baseline",), HTTP_USERS, (REDIS_REUSED, REDIS_OPEN, FRONT_CHURN),
-          "TIME_WAIT toward Redis ~0, a few ESTABLISHED per worker, throughput up"),
-    Stage("3", "eventlet-keepalive", "eventlet workers with keep-alive", GUNICORN_EVENTLET,
-          "pool", None, ("baseline",), ASYNC_USERS,
-          (REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
-          "`Connection: keep-alive`; client-side churn gone"),
-    Stage("3g", "gevent-keepalive", "gevent workers with keep-alive", GUNICORN_GEVENT,
-          "pool", None, ("baseline",), ASYNC_USERS,
-          (REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
-          "the same as stage 3, on gevent", twin_of="3"),
-    Stage("4", "nginx-proxy", "Nginx in front, no upstream keep-alive", GUNICORN_EVENTLET,
-          "pool", "proxy.conf", ("baseline", "narrow-ports"), ASYNC_USERS,
-          (PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
-          "TIME_WAIT between Nginx and the app; local ports run out, "
-          "`(99: Cannot assign requested address)`, 502s"),
-    Stage("4g", "nginx-proxy-gevent", "Nginx in front, no upstream keep-alive (gevent)",
-          GUNICORN_GEVENT, "pool", "proxy.conf", ("baseline", "narrow-ports"), ASYNC_USERS,
-          (PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
-          "the same as stage 4, on gevent", twin_of="4"),
-    Stage("5", "upstream-keepalive", "Nginx upstream keep-alive + tcp_tw_reuse",
-          GUNICORN_EVENTLET, "pool", "upstream-keepalive.conf", ("tuned", "narrow-ports"),
-          ASYNC_USERS, (UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
-          "errors gone, Nginx-to-app TIME_WAIT ~0"),
-    Stage("5g", "upstream-keepalive-gevent", "Nginx upstream keep-alive + tcp_tw_reuse (gevent)",
-          GUNICORN_GEVENT, "pool", "upstream-keepalive.conf", ("tuned", "narrow-ports"),
-          ASYNC_USERS, (UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
-          "the same as stage 5, on gevent", twin_of="5"),
+    Stage(key="0", slug="builtin", title="Flask's built-in server",
+          server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline",),
+          users=HTTP_USERS, checks=(REDIS_CHURN,),
+          see="TIME_WAIT toward Redis grows with every request"),
+    Stage(key="1", slug="gunicorn-sync", title="gunicorn sync workers",
+          server=GUNICORN_SYNC, redis_mode="per-request", front=None, sysctl=("baseline",),
+          users=HTTP_USERS, checks=(REDIS_CHURN, FRONT_CHURN, FRONT_CLOSE_HEADER),
+          see="more throughput on 2+ cores; the server closes every client connection"),
+    Stage(key="2", slug="connection-pool", title="a Redis connection pool",
+          server=GUNICORN_SYNC, redis_mode="pool", front=None, sysctl=("baseline",),
+          users=HTTP_USERS, checks=(REDIS_REUSED, REDIS_OPEN, FRONT_CHURN),
+          see="TIME_WAIT toward Redis ~0, a few ESTABLISHED per worker, throughput up"),
+    Stage(key="3", slug="eventlet-keepalive", title="eventlet workers with keep-alive",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front=None, sysctl=("baseline",),
+          users=ASYNC_USERS, checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
+          see="`Connection: keep-alive`; client-side churn gone"),
+    Stage(key="3g", slug="gevent-keepalive", title="gevent workers with keep-alive",
+          server=GUNICORN_GEVENT, redis_mode="pool", front=None, sysctl=("baseline",),
+          users=ASYNC_USERS, checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
+          see="the same as stage 3, on gevent", twin_of="3"),
+    Stage(key="4", slug="nginx-proxy", title="Nginx in front, no upstream keep-alive",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="proxy.conf",
+          sysctl=("baseline", "narrow-ports"),
+          users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
+          see="TIME_WAIT between Nginx and the app; local ports run out, "
+              "`(99: Cannot assign requested address)`, 502s"),
+    Stage(key="4g", slug="nginx-proxy-gevent",
+          title="Nginx in front, no upstream keep-alive (gevent)",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="proxy.conf",
+          sysctl=("baseline", "narrow-ports"),
+          users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
+          see="the same as stage 4, on gevent", twin_of="4"),
+    Stage(key="5", slug="upstream-keepalive", title="Nginx upstream keep-alive + tcp_tw_reuse",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"),
+          users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
+          see="errors gone, Nginx-to-app TIME_WAIT ~0"),
+    Stage(key="5g", slug="upstream-keepalive-gevent",
+          title="Nginx upstream keep-alive + tcp_tw_reuse (gevent)",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"),
+          users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
+          see="the same as stage 5, on gevent", twin_of="5"),
 )
 
 BY_KEY = {s.key: s for s in STAGES}
@@ -184,8 +189,10 @@ def get(name: str) -> Stage:
 
 def select(spec: str) -> list[Stage]:
     """`all`, or a comma/space separated list of keys or slugs, in registry order."""
-    if spec.strip() in ("", "all"):
+    if spec.strip() == "all":
         return list(STAGES)
+    if not spec.replace(",", " ").split():
+        raise KeyError("no stage named: give all, or keys such as 0,2")
     wanted = {get(part).key for part in spec.replace(",", " ").split()}
     return [s for s in STAGES if s.key in wanted]
 

@@ -2,7 +2,7 @@
 
 Purpose: show where adding gunicorn workers stops helping on this machine's
 cores, and how much one measurement varies from the next. Each point is a
-full `lab run` of one stage (benchmarks/lab.py's `run_stage`: its own
+full `lab run` of one stage (benchmarks/runner.py's `run_stage`: its own
 network namespace, Redis, the app, seeded users, endpoint verification,
 warm-up, the measured Locust run with the sampler beside it), with only the
 worker count changed (`with_workers`, a copy of the registry's stage).
@@ -46,17 +46,16 @@ import argparse
 import csv
 import dataclasses
 import os
-import signal
 import statistics
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 import psutil
 
-from benchmarks import lab, procs, sandbox, stages
+from benchmarks import cli, metrics, options, results, runner, sandbox, stages
+from benchmarks.cli import StageFailed, say
 from benchmarks.stages import Stage
 
 CSV_COLUMNS = ("workers", "repeat", "rps", "p50", "p95", "p99", "failures", "app_cpu",
@@ -78,28 +77,6 @@ def with_workers(stage: Stage, workers: int) -> Stage:
         raise ValueError(f"stage {stage.key} ({server[0]}) has no `-w`: not a gunicorn stage")
     server[server.index("-w") + 1] = str(workers)
     return dataclasses.replace(stage, server=tuple(server))
-
-
-def stamped_dir(base: Path, suffix: str) -> Path:
-    """A new `base/<YYYYmmdd-HHMMSS>-<suffix>` folder (results/latest is left to `lab run`)."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path, n = base / f"{stamp}-{suffix}", 1
-    while path.exists():
-        n += 1
-        path = base / f"{stamp}-{suffix}-{n}"
-    path.mkdir(parents=True)
-    return path
-
-
-def mean_cpu(sampler_csv: Path, column: str) -> float | None:
-    """Mean of a sampler CPU column over the measured run (its first row is empty:
-    CPU is a difference between two samples)."""
-    if not sampler_csv.exists():
-        return None
-    with open(sampler_csv, newline="") as f:
-        values = [float(row[column]) for row in csv.DictReader(f)
-                  if row.get(column) not in (None, "")]
-    return round(statistics.fmean(values), 1) if values else None
 
 
 class SwitchWatch:
@@ -170,16 +147,17 @@ def measured_window(sampler_csv: Path) -> tuple[float, float] | None:
     return (ts[0], ts[-1]) if len(ts) >= 2 else None
 
 
-def stage_args(args) -> argparse.Namespace:
-    """The options `lab.run_stage` reads: `lab run`'s own defaults, the sweep's values."""
-    ns = lab.build_parser().parse_args(["run"])
-    for name in ("sandbox", "users", "spawn_rate", "warmup", "duration", "wait_max",
-                 "locust_args"):
-        setattr(ns, name, getattr(args, name))
-    return ns
+def run_options(args) -> options.RunOptions:
+    """The options `runner.run_stage` reads: the lab's defaults, the sweep's values."""
+    return options.RunOptions(
+        stages=(stages.get(args.stage),), duration=args.duration, users=args.users,
+        spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
+        locust_args=options.split_locust_args(args.locust_args), sandbox=args.sandbox,
+        results=Path(args.results))
 
 
-def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path, args) -> dict:
+def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path,
+              opts: options.RunOptions, user_class: str) -> dict:
     """One (workers, repeat) point: a lab stage run with `workers` workers.
 
     Tried twice: the lab starts measuring once gunicorn's port answers, and on
@@ -188,30 +166,31 @@ def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path, args) ->
     out after 5 s). The failed try's folder is kept, with `-failed` appended.
     """
     point = with_workers(stage, workers)
-    point = dataclasses.replace(point, users=(args.user_class,))
+    point = dataclasses.replace(point, users=(user_class,))
     point_dir = sweep_dir / f"w{workers}-r{repeat}"
-    # the name lab.run_stage's Sandbox gives the point's namespace
-    netns = f"{sandbox.NS_PREFIX}{os.getpid()}-{point.key}" if args.sandbox == "netns" else None
+    # the name runner.run_stage's Sandbox gives the point's namespace
+    netns = f"{sandbox.NS_PREFIX}{os.getpid()}-{point.key}" if opts.sandbox == "netns" else None
     for attempt in (1, 2):
         point_dir.mkdir()
         try:
             with SwitchWatch(netns) as switches:
-                result = lab.run_stage(point, point_dir, stage_args(args))
+                result = runner.run_stage(point, point_dir, opts)
             break
-        except lab.StageFailed as e:
+        except StageFailed as e:
             if attempt == 2:
                 raise
             point_dir.rename(point_dir.with_name(point_dir.name + "-failed"))
-            lab.say(f"  the point failed to run ({str(e).splitlines()[0]}); trying once more")
-    stage_dir = point_dir / point.dirname
+            say(f"  the point failed to run ({str(e).splitlines()[0]}); trying once more")
+    stage_dir = results.stage_dir(point_dir, point)
+    samples = stage_dir / results.SAMPLER_CSV
     m = result["metrics"]
-    rps, app_cpu = m.get("rps"), mean_cpu(stage_dir / "sampler.csv", "cpu_app")
-    window = measured_window(stage_dir / "sampler.csv")
+    rps, app_cpu = m.get("rps"), metrics.mean_cpu(samples, "cpu_app")
+    window = measured_window(samples)
     rates = switches.per_second(*window) if window else None
     return {"workers": workers, "repeat": repeat, "rps": rps, "p50": m.get("p50_ms"),
             "p95": m.get("p95_ms"), "p99": m.get("p99_ms"), "failures": m.get("failures"),
             "app_cpu": app_cpu,
-            "locust_cpu": mean_cpu(stage_dir / "sampler.csv", "cpu_locust"),
+            "locust_cpu": metrics.mean_cpu(samples, "cpu_locust"),
             # CPU time the app spent per request: % of a core x 10 ms / (requests/s)
             "app_cpu_ms_per_req": round(app_cpu * 10 / rps, 2) if app_cpu and rps else None,
             "cs_vol_per_req": round(rates[0] / rps, 2) if rates and rps else None,
@@ -302,59 +281,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-max", type=float, default=0.01,
                    help="ChatUser: most seconds between tasks (CHAT_WAIT_MAX)")
     p.add_argument("--locust-args", default="", help="more Locust options")
-    p.add_argument("--sandbox", choices=("auto", "netns", "host"), default="auto",
-                   help="a network namespace per point (root) or the host (default: auto)")
-    p.add_argument("--results", default=str(lab.RESULTS), help="results folder")
+    cli.add_sandbox_options(p, per="point")
     return p
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+def run_sweep(args) -> int:
+    stage = stages.get(args.stage)
     try:
-        stage = stages.get(args.stage)
-        with_workers(stage, 1)
-    except (KeyError, ValueError) as e:
-        print(f"sweep: {e.args[0]}", file=sys.stderr)
-        return 2
-    if args.repeats < 1 or args.duration <= 0:
-        print("sweep: --repeats must be >= 1 and --duration > 0", file=sys.stderr)
-        return 2
-    args.sandbox = lab.resolve_sandbox(args.sandbox)
-    sweep_dir = stamped_dir(Path(args.results), "sweep")
-    lab.say(f"sweep: stage {stage.key} {stage.slug}, -w {','.join(map(str, args.workers))}, "
-            f"{args.repeats} repeat(s), {args.duration:g} s each, {args.users} "
-            f"{args.user_class}, {os.cpu_count()} cores; results in {sweep_dir}")
+        with_workers(stage, 1)  # a clear error now for a stage without `-w`
+    except ValueError as e:
+        raise options.OptionsError(str(e)) from e
+    if args.repeats < 1:
+        raise options.OptionsError(f"--repeats must be >= 1 (got {args.repeats})")
+    opts = dataclasses.replace(run_options(args), sandbox=cli.resolve_sandbox(args.sandbox))
+    runner.check_locust_args(opts)
+    sweep_dir = results.new_run(opts.results, suffix="sweep")
+    say(f"sweep: stage {stage.key} {stage.slug}, -w {','.join(map(str, args.workers))}, "
+        f"{args.repeats} repeat(s), {opts.duration:g} s each, {opts.users} "
+        f"{args.user_class}, {os.cpu_count()} cores; results in {results.rel(sweep_dir)}")
     rows: list[dict] = []
     try:
         for repeat in range(1, args.repeats + 1):
             # repeats on the outside: a slow drift of the machine (another job, thermal)
             # spreads over every worker count instead of biasing one
             for workers in args.workers:
-                lab.say(f"\n== -w {workers}, repeat {repeat}/{args.repeats}")
-                rows.append(run_point(stage, workers, repeat, sweep_dir, args))
+                say(f"\n== -w {workers}, repeat {repeat}/{args.repeats}")
+                rows.append(run_point(stage, workers, repeat, sweep_dir, opts, args.user_class))
                 write_csv(sweep_dir / "sweep.csv", CSV_COLUMNS, rows)
-    except (lab.StageFailed, sandbox.SandboxError, procs.ServiceError) as e:
-        lab.say(f"sweep: a point failed to run: {e}")
-        return 1
-    except KeyboardInterrupt:
-        lab.say("\nsweep: interrupted; everything it started is stopped")
-        return 130
     finally:
         if rows:
             rows.sort(key=lambda r: (args.workers.index(r["workers"]), r["repeat"]))
             write_csv(sweep_dir / "sweep.csv", CSV_COLUMNS, rows)
             summary = summarize(rows)
             write_csv(sweep_dir / "summary.csv", SUMMARY_COLUMNS, summary)
-            lab.say(f"\nstage {stage.key} {stage.slug}, {args.user_class}, {args.users} users, "
-                    f"{args.duration:g} s per point, {os.cpu_count()} cores")
-            lab.say(table(summary))
-            lab.say(f"\n{sweep_dir / 'sweep.csv'}")
+            say(f"\nstage {stage.key} {stage.slug}, {args.user_class}, {opts.users} users, "
+                f"{opts.duration:g} s per point, {os.cpu_count()} cores")
+            say(table(summary))
+            say(f"\n{results.rel(sweep_dir / 'sweep.csv')}")
     return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli.main("sweep", run_sweep, args, leftovers=runner.leftovers)
 
 
 if __name__ == "__main__":

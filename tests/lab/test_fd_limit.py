@@ -31,6 +31,7 @@ def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
     assert stages.get("3").server_command()[:3] == ["gunicorn", "-w", "4"]  # registry untouched
 
 
+@pytest.mark.slow
 def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
     namespaces_before = set(sandbox.list_lab_namespaces())

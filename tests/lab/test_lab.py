@@ -8,6 +8,7 @@ namespaces, then its checks are read back from the results folder. Needs root
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,24 +16,48 @@ import time
 
 import pytest
 
-from benchmarks import metrics, nginx_conf, sandbox, stages
+from benchmarks import metrics, nginx_conf, runner, sandbox, stages
 
 ROOT = stages.ROOT
 
 
-def lab(*args, timeout=60, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.lab", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, **kw)
+def lab(*args, timeout=60) -> subprocess.CompletedProcess:
+    """`python -m benchmarks.lab ARGS` to the end; the result carries the lab's `pid`."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    result.pid = proc.pid
+    return result
 
 
-def leftovers(marker: str) -> list[str]:
-    """Lab processes still running: any naming `marker` (a results folder: Redis, Nginx,
-    Locust, the sampler) or serving the app on the stage port (gunicorn, flask run)."""
-    found = []
-    for pattern in (marker, "127.0.0.1:8000 app.wsgi:app", "app run --host 127.0.0.1"):
-        out = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True).stdout
-        found += [line for line in out.splitlines() if "pgrep" not in line]
-    return found
+def start_lab(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.lab", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def leftovers(pid: int) -> list[str]:
+    """What the lab with this pid made and is still there: its namespaces and the
+    processes it started (they carry its pid in FTL_LAB_PID). Another lab running on
+    the machine at the same time is not judged."""
+    return sandbox.owned_namespaces(pid) + runner.started_by(pid)
+
+
+def read_until(proc: subprocess.Popen, marker: str, seconds: float = 90) -> str:
+    """The lab's output up to the first line with `marker` (or its end)."""
+    deadline, lines = time.monotonic() + seconds, []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            break
+    return "".join(lines)
 
 
 def ctrl_c(proc: subprocess.Popen) -> str:
@@ -75,10 +100,7 @@ def test_unknown_stage_is_a_clear_error():
 
 
 def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
-    state = ROOT / "results" / "up.json"
-    if state.exists():
-        pytest.skip("a stage is up on this machine")
-    result = lab("exec", "--", "ss", "-s")
+    result = lab("exec", "--results", str(tmp_path), "--", "ss", "-s")
     assert result.returncode != 0
     assert "no stage is up" in result.stderr
 
@@ -87,15 +109,15 @@ def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
 def full_run(tmp_path_factory):
     """One short run of every stage; the results folder."""
     results = tmp_path_factory.mktemp("lab-results")
-    before = set(sandbox.list_lab_namespaces())
     proc = lab("run", "--stages", "all", "--duration", "6", "--warmup", "2", "--users", "20",
                "--spawn-rate", "20", "--results", str(results), timeout=900)
     run_dir = (results / "latest").resolve()
     (results / "lab-output.txt").write_text(proc.stdout + proc.stderr)
-    return {"proc": proc, "run_dir": run_dir, "results": results, "before": before}
+    return {"proc": proc, "run_dir": run_dir, "results": results}
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     proc, run_dir = full_run["proc"], full_run["run_dir"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -118,6 +140,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: f"{s.key}-{s.slug}")
 def test_stage_shows_its_phenomenon(full_run, stage):
     d = full_run["run_dir"] / stage.dirname
@@ -127,6 +150,7 @@ def test_stage_shows_its_phenomenon(full_run, stage):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_stage_namespaces_had_their_sysctls_and_host_was_untouched(full_run):
     run_dir = full_run["run_dir"]
     for stage in stages.STAGES:
@@ -139,38 +163,25 @@ def test_stage_namespaces_had_their_sysctls_and_host_was_untouched(full_run):
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_nothing_left_after_a_run(full_run):
-    assert set(sandbox.list_lab_namespaces()) <= full_run["before"]
-    assert leftovers(str(full_run["results"])) == []
+    assert leftovers(full_run["proc"].pid) == []
 
 
 @pytest.mark.netns
+@pytest.mark.slow
 def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     """`lab up` serves a stage until Ctrl-C; `exec` runs inside it; nothing is left."""
-    results = tmp_path / "results"
-    before = set(sandbox.list_lab_namespaces())
-    state = ROOT / "results" / "up.json"
-    if state.exists():
-        pytest.skip("a stage is already up on this machine")
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", "up", "2", "--results",
-                             str(results)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    results = str(tmp_path / "results")
+    proc = start_lab("up", "2", "--results", results)
     try:
-        deadline = time.monotonic() + 90
-        lines = []
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "is up:" in line:
-                break
-        assert any("is up: http://127.0.0.1:8000" in ln for ln in lines), "".join(lines)
-        out = lab("exec", "--", "ss", "-Htln", timeout=30)
+        seen = read_until(proc, "is up:")
+        assert "is up: http://127.0.0.1:8000" in seen, seen
+        out = lab("exec", "--results", results, "--", "ss", "-Htln", timeout=30)
         assert out.returncode == 0, out.stderr
         listening = out.stdout
         assert ":6379" in listening and ":8000" in listening
-        curl = lab("exec", "--", sys.executable, "-c",
+        curl = lab("exec", "--results", results, "--", sys.executable, "-c",
                    "import os, urllib.request; "
                    "print(urllib.request.urlopen(os.environ['LOCUST_HOST'] + '/healthz').status)",
                    timeout=30)
@@ -178,35 +189,64 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     finally:
         rest = ctrl_c(proc)
     assert proc.returncode == 130, rest
-    assert "interrupted" in rest
-    assert set(sandbox.list_lab_namespaces()) <= before
-    assert leftovers(str(results)) == []
-    assert not state.exists()
+    assert "everything it started is stopped" in rest
+    assert leftovers(proc.pid) == []
+    assert not (tmp_path / "results" / "up.json").exists()
 
 
 @pytest.mark.netns
-def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path):
-    results = tmp_path / "results"
-    before = set(sandbox.list_lab_namespaces())
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", "run", "--stages", "4",
-                             "--duration", "30", "--warmup", "0", "--users", "10",
-                             "--results", str(results)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+@pytest.mark.slow
+@pytest.mark.parametrize("presses", [1, 4])
+def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path, presses):
+    """Ctrl-C once, or four times within a second: nothing is left, and the lab says so."""
+    proc = start_lab("run", "--stages", "4", "--duration", "30", "--warmup", "0",
+                     "--users", "10", "--results", str(tmp_path / "results"))
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line or "measuring" in line:
-                break
+        read_until(proc, "measuring")
         time.sleep(3)
-        assert len(set(sandbox.list_lab_namespaces()) - before) == 1
+        assert len(sandbox.owned_namespaces(proc.pid)) == 1
+        assert runner.started_by(proc.pid), "the stage's servers run"
+        for _ in range(presses - 1):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.25)
     finally:
         rest = ctrl_c(proc)
     assert proc.returncode == 130, rest
-    assert set(sandbox.list_lab_namespaces()) <= before
-    assert leftovers(str(results)) == []
+    assert "everything it started is stopped" in rest, rest
+    assert leftovers(proc.pid) == []
 
 
+@pytest.mark.netns
+@pytest.mark.slow
+def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
+    """A `kill -9` leaves the namespace and servers; `lab clean` removes them and leaves
+    a stage that is up (and in use) alone."""
+    up_results = str(tmp_path / "up")
+    up = start_lab("up", "0", "--results", up_results)
+    killed = start_lab("run", "--stages", "2", "--duration", "30", "--warmup", "0",
+                       "--users", "5", "--results", str(tmp_path / "killed"))
+    try:
+        assert "is up:" in read_until(up, "is up:")
+        read_until(killed, "measuring")
+        killed.kill()
+        killed.wait(timeout=10)
+        assert sandbox.owned_namespaces(killed.pid), "kill -9 leaves the namespace"
+        cleaned = lab("clean", timeout=60)
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        assert f"ftl-{killed.pid}-2" in cleaned.stdout
+        assert leftovers(killed.pid) == []
+        # the stage that is up is untouched and still answers
+        assert sandbox.owned_namespaces(up.pid)
+        ok = lab("exec", "--results", up_results, "--", "ss", "-Htln", timeout=30)
+        assert ":8000" in ok.stdout, ok.stdout + ok.stderr
+    finally:
+        killed.kill()
+        killed.communicate()
+        ctrl_c(up)
+    assert leftovers(up.pid) == [] and leftovers(killed.pid) == []
+
+
+@pytest.mark.slow
 def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_path):
     """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
     before = sandbox.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
@@ -221,4 +261,56 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     seen = json.loads((run_dir / "04-nginx-proxy" / "sysctl.json").read_text())
     assert seen["net.ipv4.ip_local_port_range"] == before["net.ipv4.ip_local_port_range"]
     assert sandbox.read_sysctls(list(before)) == before
-    assert leftovers(str(tmp_path)) == []
+    assert leftovers(result.pid) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--users", "0"], "--users must be at least 1"),
+    (["--duration", "0"], "--duration must be at least 1 second"),
+    (["--spawn-rate", "0"], "--spawn-rate must be above 0"),
+    (["--stages", ""], "--stages is empty"),
+    (["--stages", "9"], "unknown stage '9'"),
+    (["--locust-args", "'unbalanced"], "No closing quotation"),
+    (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
+])
+def test_bad_run_options_are_refused_before_anything_starts(tmp_path, args, says):
+    result = lab("run", *args, "--results", str(tmp_path), timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert says in result.stdout, result.stdout
+    assert not any(tmp_path.iterdir()), "no results folder for a run that never started"
+    assert leftovers(result.pid) == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_clean_restores_sysctls_a_killed_host_mode_run_changed(tmp_path):
+    """Host mode saves the host's values before changing them; after a `kill -9`, `lab
+    clean` puts them back. Played inside a namespace of the test's own, with its own
+    state folder: tests never change the machine's sysctls."""
+    ns = f"ftl-test{os.getpid()}-sysctl"
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from benchmarks import sandbox\n"
+        "sandbox.HOST_SYSCTL_STATE = Path(sys.argv[1])\n"
+        "key = 'net.ipv4.tcp_tw_reuse'\n"
+        "before = sandbox.read_sysctls([key])[key]\n"
+        "dead = 2 ** 22 + 1  # above pid_max's default: no such process\n"
+        "sandbox.HOST_SYSCTL_STATE.mkdir(parents=True)\n"
+        "(sandbox.HOST_SYSCTL_STATE / f'{dead}.json').write_text(json.dumps({key: before}))\n"
+        "sandbox.write_sysctls({key: '1' if before != '1' else '0'})  # what the run set\n"
+        "changed = sandbox.read_sysctls([key])[key]\n"
+        "restored = sandbox.restore_stale_host_sysctls()\n"
+        "print(json.dumps([before, changed, sandbox.read_sysctls([key])[key], restored]))\n")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script,
+                              str(tmp_path / "state")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=30)
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
+    assert out.returncode == 0, out.stderr
+    before, changed, after, restored = json.loads(out.stdout)
+    assert changed != before and after == before
+    assert restored == [f"net.ipv4.tcp_tw_reuse={before}"]
+    assert not list((tmp_path / "state").iterdir())

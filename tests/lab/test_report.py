@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import plots, reference, report, stages
+from benchmarks import metrics, plots, reference, report, results, stages
 from benchmarks.metrics import SUMMARY_COLUMNS
 
 ROOT = stages.ROOT
@@ -156,10 +156,31 @@ def test_reference_copies_the_curated_subset(tmp_path, run_copy):
     assert {"run.json", "summary.csv", "report.md"} <= names
     for stage_dir in ("00-builtin", "04-nginx-proxy"):
         for f in reference.STAGE_FILES:
+            if f == results.NGINX_ERRORS and stage_dir == "00-builtin":
+                continue  # no Nginx in stage 0
             assert f"{stage_dir}/{f}" in names
+    # stage 4's failure count survives the copy, so metrics.compute gives it back
+    stage4 = stages.get("4")
+    again = metrics.compute(dest / stage4.dirname, stage4)
+    assert again == results.read_json(run_copy / stage4.dirname / results.METRICS_JSON)
     assert not any(n.endswith(("users.json", ".log")) for n in names)
     copied = (dest / "04-nginx-proxy" / "locust_stats_history.csv").read_text()
     assert "/users/me" not in copied and copied.count("Aggregated") == len(lines) - 1
     assert len(embedded_images(dest)) == len(plots.PLOTS)  # report.md written again
     for path in embedded_images(dest):
         assert_real_png(path)
+
+
+def test_reference_counts_nginx_errors_of_a_run_that_kept_only_the_log(tmp_path, run_copy):
+    """A run from before errors.json: the copy counts the log once and leaves the run as is."""
+    keep_only(run_copy, {"4"})
+    stage_dir = run_copy / "04-nginx-proxy"
+    (stage_dir / results.NGINX_ERRORS).unlink()
+    line = f"connect() to 127.0.0.1:8000 failed {metrics.EADDRNOTAVAIL} while connecting\n"
+    (stage_dir / results.NGINX_ERROR_LOG).write_text(line * 3 + "an unrelated line\n")
+    dest = tmp_path / "reference-run"
+    reference.copy(run_copy, dest)
+    assert results.read_json(dest / "04-nginx-proxy" / results.NGINX_ERRORS) == {
+        "eaddrnotavail": 3}
+    assert not (dest / "04-nginx-proxy" / results.NGINX_ERROR_LOG).exists()
+    assert not (stage_dir / results.NGINX_ERRORS).exists()  # the run itself is only read

@@ -45,6 +45,7 @@ def test_summary_has_mean_and_stdev_per_worker_count():
     assert "110 ± 10" in sweep.table(summary) and "200 ± -" in sweep.table(summary)
 
 
+@pytest.mark.slow
 def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
     namespaces_before = set(sandbox.list_lab_namespaces())

@@ -1,0 +1,91 @@
+"""The lab's run options: one typed, checked object made once from the command line.
+
+The runner (benchmarks/runner.py) reads a `RunOptions`, never argparse; `sweep`
+and `fd_limit` make theirs with `dataclasses.replace`. Every value is checked
+here, before anything starts, so a bad option is a one-line error rather than
+a traceback after the servers came up.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import results, stages
+from benchmarks.stages import Stage
+
+SANDBOXES = ("auto", "netns", "host")
+
+
+class OptionsError(ValueError):
+    """A bad option: the message says which and what to give instead."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    stages: tuple[Stage, ...] = field(default_factory=lambda: tuple(stages.STAGES))
+    duration: float = 30.0  # seconds measured per stage
+    users: int = 50  # Locust users
+    spawn_rate: float = 50.0  # users started per second
+    warmup: float = 5.0  # seconds of load before measuring
+    wait_max: float = 0.01  # most seconds a Locust user waits between tasks
+    locust_args: tuple[str, ...] = ()  # more Locust options, already split
+    sandbox: str = "auto"  # auto | netns | host
+    apply_host_sysctls: bool = False  # host mode: set the stage's sysctls on the host
+    results: Path = results.RESULTS
+    strict: bool = False  # exit 3 when a check fails
+
+    def __post_init__(self):
+        if not self.stages:
+            raise OptionsError("no stage selected: give --stages all, or keys such as 0,2")
+        if self.users < 1:
+            raise OptionsError(f"--users must be at least 1 (got {self.users})")
+        if self.duration < 1:
+            raise OptionsError(f"--duration must be at least 1 second (got {self.duration:g})")
+        if self.spawn_rate <= 0:
+            raise OptionsError(f"--spawn-rate must be above 0 (got {self.spawn_rate:g})")
+        if self.warmup < 0:
+            raise OptionsError(f"--warmup cannot be negative (got {self.warmup:g})")
+        if self.wait_max < 0:
+            raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
+        if self.sandbox not in SANDBOXES:
+            raise OptionsError(f"--sandbox must be one of {', '.join(SANDBOXES)}")
+
+    @property
+    def stage_keys(self) -> list[str]:
+        return [s.key for s in self.stages]
+
+    def parameters(self) -> dict:
+        """What run.json records of these options."""
+        return {"stages": self.stage_keys, "duration_s": self.duration, "users": self.users,
+                "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
+                "wait_max_s": self.wait_max, "sandbox": self.sandbox,
+                "locust_args": shlex.join(self.locust_args)}
+
+
+def select_stages(spec: str) -> tuple[Stage, ...]:
+    """`all`, or keys/slugs; an empty list is an error, not "all"."""
+    if not spec.strip():
+        raise OptionsError("--stages is empty: give all, or keys such as 0,2")
+    try:
+        return tuple(stages.select(spec))
+    except KeyError as e:
+        raise OptionsError(e.args[0]) from e
+
+
+def split_locust_args(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        raise OptionsError(f"--locust-args {text!r}: {e}") from e
+
+
+def from_args(args) -> RunOptions:
+    """The options of `lab run`'s parsed command line."""
+    return RunOptions(
+        stages=select_stages(args.stages), duration=args.duration, users=args.users,
+        spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
+        locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
+        apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
+        strict=args.strict)

@@ -1,0 +1,374 @@
+"""The lab runner: one stage, start to finish, from a `RunOptions`.
+
+`run_stage` takes a stage of benchmarks/stages.py through: sandbox up, Redis,
+app server and Nginx up (`Stack`), seed users, check the endpoints, warm up,
+measure with Locust while the sampler records sockets and CPU (`measure`),
+snapshot `ss`/`netstat`, compute the metrics and evaluate the checks, tear
+down. Paths come from benchmarks/results.py; the command line is lab.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+from benchmarks import metrics, nginx_conf, procs, results, sampler, sandbox
+from benchmarks.cli import StageFailed, say
+from benchmarks.options import OptionsError, RunOptions
+from benchmarks.stages import ROOT, Stage
+
+VENV_BIN = Path(sys.executable).parent
+LOCUSTFILE = "benchmarks/chat.py"
+FRIENDS_PER_USER = 5
+# Every process the lab starts carries this variable with the lab's pid, so what a
+# lab left behind can be told from what another lab (or a test) runs.
+OWNER_ENV = "FTL_LAB_PID"
+
+
+def tool(name: str) -> str:
+    """A command from the venv when it has it (flask, gunicorn, locust), else as is."""
+    candidate = VENV_BIN / name
+    return str(candidate) if candidate.exists() else name
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env[OWNER_ENV] = str(os.getpid())
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _owned_processes() -> list[tuple[psutil.Process, int]]:
+    """(process, the lab pid it carries) for every process a lab started."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            owner = p.environ().get(OWNER_ENV, "")
+        except (psutil.Error, OSError):
+            continue
+        if owner.isdigit() and int(owner) != p.pid:
+            found.append((p, int(owner)))
+    return found
+
+
+def _describe(p: psutil.Process) -> str:
+    return f"{p.pid} {' '.join(p.info['cmdline'] or [])[:80]}"
+
+
+def started_by(pid: int) -> list[str]:
+    """Processes still running that the lab with this pid started (`pid command`)."""
+    return [_describe(p) for p, owner in _owned_processes() if owner == pid]
+
+
+def orphans() -> list[str]:
+    """Stop the processes of labs that are gone (killed with -9); what was stopped."""
+    stray = [p for p, owner in _owned_processes() if not sandbox.pid_alive(owner)]
+    for p in stray:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(stray, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [_describe(p) for p in stray]
+
+
+def leftovers(pid: int | None = None) -> list[str]:
+    """Namespaces and processes of this lab that are still there."""
+    pid = pid or os.getpid()
+    return sandbox.owned_namespaces(pid) + started_by(pid)
+
+
+class Stack:
+    """The stage's servers (Redis, the app, Nginx), started in order, stopped in reverse."""
+
+    def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
+        self.stage, self.box, self.dir = stage, box, stage_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.secret = secrets.token_hex(16)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.box.entry_port}"
+
+    def app_env(self) -> dict:
+        # The lab measures connection handling, not the password hash: seeded users get
+        # a cheap one, so their logins at the start of a run don't fill the latency tail
+        # (the app's default, scrypt, costs tens of ms of CPU per login).
+        return child_env(FLASK_REDIS_URL=f"redis://127.0.0.1:{self.box.redis_port}/0",
+                         FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
+                         FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000", **self.stage.env)
+
+    def _start(self, name: str, cmd: list[str], port: int, env: dict | None = None) -> None:
+        proc = procs.start([*self.box.prefix(), *cmd], log=self.dir / f"{name}.log",
+                           env=env or child_env(), cwd=ROOT)
+        self.procs[name] = proc
+        try:
+            procs.wait_for_port(port, proc=proc, timeout=30,
+                                netns=self.box.name if self.box.mode == "netns" else None)
+        except procs.ServiceError as e:
+            log = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
+            raise StageFailed(f"{name} did not start: {e}\n--- {name}.log (end) ---\n{log}") from e
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        redis_dir = self.dir / "redis"
+        redis_dir.mkdir(exist_ok=True)
+        self._start("redis", procs.redis_command(self.box.redis_port, redis_dir),
+                    self.box.redis_port)
+        server = self.stage.server_command(self.box.app_port)
+        self._start("app", [tool(server[0]), *server[1:]], self.box.app_port, self.app_env())
+        self.wait_for_health(f"http://127.0.0.1:{self.box.app_port}/healthz")
+        if self.stage.front:
+            conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
+                                     self.box.app_port, self.box.front_port)
+            checked = nginx_conf.check(conf, self.box.prefix())
+            if checked.returncode != 0:
+                raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
+            self._start("nginx", nginx_conf.command(conf), self.box.front_port)
+
+    def wait_for_health(self, url: str, timeout: float = 30) -> None:
+        """Until the app answers /healthz 200: the port opens before the workers boot."""
+        probe = ("import sys, time, urllib.request\n"
+                 f"end = time.monotonic() + {timeout}\n"
+                 "while time.monotonic() < end:\n"
+                 "    try:\n"
+                 "        if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200:\n"
+                 "            sys.exit(0)\n"
+                 "    except OSError:\n"
+                 "        time.sleep(0.2)\n"
+                 "sys.exit(1)\n")
+        code = subprocess.run([*self.box.prefix(), sys.executable, "-c", probe, url],
+                              timeout=timeout + 10).returncode
+        if code != 0:
+            raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
+                              f"see {self.dir / 'app.log'}")
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs.items()}
+
+    def stop(self) -> None:
+        with sandbox.uninterrupted():
+            for name in reversed(list(self.procs)):
+                procs.stop(self.procs.pop(name))
+
+
+def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
+    with open(log, "ab") as out:
+        try:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+
+def seed_stage_users(stack: Stack, count: int) -> Path:
+    """`flask seed-users` inside the stage: users (with friends) for Locust to log in as."""
+    out = stack.dir / results.USERS_JSON
+    code = run_quiet([*stack.box.prefix(), tool("flask"), "--app", "app", "seed-users",
+                      "--count", str(count), "--friends", str(FRIENDS_PER_USER), "--out", str(out)],
+                     stack.app_env(), stack.dir / "seed.log", timeout=120)
+    if code != 0 or not out.exists():
+        raise StageFailed(f"seed-users failed (exit {code}); see {stack.dir / 'seed.log'}")
+    return out
+
+
+def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
+                    users_file: Path | None) -> dict:
+    """benchmarks/verify.py against the stage: every endpoint answers as the API says."""
+    out = stage_dir / results.VERIFY_JSON
+    cmd = [*prefix, sys.executable, "-m", "benchmarks.verify", url, "--json", str(out)]
+    if users_file:
+        cmd += ["--users-file", str(users_file)]
+    code = run_quiet(cmd, child_env(), stage_dir / "verify.log", timeout=60)
+    result = json.loads(out.read_text()) if out.exists() else {"ok": False}
+    if code != 0 or not result.get("ok"):
+        log = (stage_dir / "verify.log").read_text(errors="replace")[-2000:]
+        raise StageFailed(f"the endpoints at {url} did not answer correctly:\n{log}")
+    return result
+
+
+def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
+                   csv_prefix: Path | None) -> list[str]:
+    cmd = [tool("locust"), "-f", LOCUSTFILE, "--headless", "-u", str(opts.users), "-r",
+           str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
+           "--only-summary", "--stop-timeout", "5"]
+    if csv_prefix:
+        cmd += ["--csv", str(csv_prefix)]
+    return [*cmd, *opts.locust_args, *user_classes]
+
+
+def check_locust_args(opts: RunOptions) -> None:
+    """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
+    if not opts.locust_args:
+        return
+    cmd = [tool("locust"), "-f", LOCUSTFILE, *opts.locust_args, "--list"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env(),
+                          timeout=60)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        last = " ".join(ln for ln in lines if "error" in ln) or lines[-1]
+        raise OptionsError(f"Locust rejects --locust-args {shlex.join(opts.locust_args)!r}: "
+                           f"{last}")
+
+
+def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int],
+            server_pids: dict[str, int], users_file: Path | None, opts: RunOptions,
+            user_classes, warmup_url: str | None = None) -> None:
+    """Warm up, then the measured Locust run with the sampler beside it.
+
+    The warm-up goes to `warmup_url` (the app itself, behind a proxy): TIME_WAIT
+    lasts 60 s, and a warm-up through Nginx would use up stage 4's local ports
+    before the measured window, hiding the moment they run out.
+    """
+    # the lab wants the server saturated: almost no think time between tasks
+    env = child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
+                    **({"CHAT_USERS_FILE": users_file} if users_file else {}))
+    if opts.warmup > 0:
+        say(f"  warm-up: {opts.warmup:g} s against {warmup_url or url}")
+        warm = locust_command(warmup_url or url, opts, opts.warmup, user_classes, None)
+        run_quiet([*prefix, *warm], env, stage_dir / "locust-warmup.log",
+                  timeout=opts.warmup + 60)
+    cmd = [*prefix, *locust_command(url, opts, opts.duration, user_classes,
+                                    stage_dir / results.LOCUST_PREFIX)]
+    shown = shlex.join([results.rel(cmd[len(prefix)]), *cmd[len(prefix) + 1:]])
+    (stage_dir / "locust-command.txt").write_text(shown + "\n")
+    say(f"  measuring {opts.duration:g} s: {shown}")
+    locust = procs.start(cmd, log=stage_dir / "locust.log", env=env, cwd=ROOT)
+    sampler_cmd = [*prefix, *sampler.command(
+        stage_dir / results.SAMPLER_CSV, classes, {**server_pids, "locust": locust.pid},
+        # stop just before Locust's users close their connections
+        duration=max(1.0, opts.duration - 0.5), python=sys.executable)]
+    sampler_proc = procs.start(sampler_cmd, log=stage_dir / "sampler.log", env=child_env(),
+                               cwd=ROOT)
+    try:
+        deadline = time.monotonic() + opts.duration + 60
+        started, last = time.monotonic(), 0.0
+        while locust.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if time.monotonic() - last >= 5:
+                last = time.monotonic()
+                say(f"  {time.monotonic() - started:5.0f} s  {progress_line(stage_dir)}")
+        if locust.poll() is None:
+            raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
+        sampler_proc.wait(timeout=15)
+    finally:
+        with sandbox.uninterrupted():
+            procs.stop(locust)
+            procs.stop(sampler_proc, sig=signal.SIGTERM)
+    if not (stage_dir / results.LOCUST_STATS).exists():
+        log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
+        raise StageFailed(f"Locust wrote no stats:\n{log}")
+    run_quiet([*prefix, sys.executable, "-m", "benchmarks.sampler", "--snapshot", str(stage_dir)],
+              child_env(), stage_dir / "sampler.log", timeout=120)
+
+
+def progress_line(stage_dir: Path) -> str:
+    """The sampler's latest row, in a few words."""
+    path = stage_dir / results.SAMPLER_CSV
+    if not path.exists():
+        return "(sampler starting)"
+    lines = path.read_text().splitlines()
+    if len(lines) < 2:
+        return "(sampler starting)"
+    row = dict(zip(lines[0].split(","), lines[-1].split(","), strict=False))
+    parts = [f"TIME_WAIT {row.get('tw_total', '?')}"]
+    parts += [f"{k[3:]} {v}" for k, v in row.items()
+              if k in ("tw_redis", "tw_upstream", "tw_front")]
+    if row.get("cpu_locust"):
+        parts.append(f"locust CPU {float(row['cpu_locust']):.0f}%")
+    return ", ".join(parts)
+
+
+def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
+    """metrics.json and checks.json of a measured stage folder; (metrics, checks)."""
+    result = metrics.compute(stage_dir, stage)
+    checks = metrics.evaluate(stage, result)
+    results.write_json(stage_dir / results.METRICS_JSON, result)
+    results.write_json(stage_dir / results.CHECKS_JSON, checks)
+    return result, checks
+
+
+def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
+    """One stage, start to finish. Returns its metrics and checks."""
+    stage_dir = results.stage_dir(run_dir, stage)
+    stage_dir.mkdir(parents=True)
+    say(f"stage {stage.key} {stage.slug}: {stage.title}")
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls) as box:
+        for note in box.notes:
+            say(f"  note: {note}")
+        stack = Stack(stage, box, stage_dir)
+        try:
+            stack.start()
+            sysctls = box.sysctls()
+            results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
+            say(f"  up in {box.mode} {box.name if box.mode == 'netns' else ''}: {stack.url} "
+                f"(tcp_tw_reuse={sysctls.get('net.ipv4.tcp_tw_reuse')}, "
+                f"ports {sysctls.get('net.ipv4.ip_local_port_range')})")
+            users_file = seed_stage_users(stack, max(2 * opts.users, 20))
+            verified = check_endpoints(box.prefix(), stack.url, stage_dir, users_file)
+            say(f"  verified: Connection: {verified.get('connection_header')}")
+            classes = stage.connection_classes(box.redis_port, box.app_port, box.front_port)
+            measure(box.prefix(), stack.url, stage_dir, classes, stack.pids(), users_file,
+                    opts, stage.users,
+                    warmup_url=f"http://127.0.0.1:{box.app_port}")
+        finally:
+            stack.stop()
+    metrics.summarize_nginx_errors(stage_dir)
+    result, checks = evaluate_stage(stage, stage_dir)
+    if metrics.client_bound(result):
+        say(f"  WARNING: Locust used {result['client_cpu_peak']:.0f}% of a core: "
+            "these numbers measure the client, not the server (fewer --users, or "
+            "--locust-args '--processes 2')")
+    for c in checks:
+        say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
+    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls}
+
+
+def versions() -> dict:
+    pkgs = {}
+    for name in ("flask", "werkzeug", "redis", "gunicorn", "eventlet", "gevent",
+                 "flask-socketio", "python-socketio", "locust", "psutil"):
+        try:
+            pkgs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pkgs[name] = None
+    try:
+        redis_v = subprocess.run([procs.require_binary("redis-server", procs.REDIS_HINT),
+                                  "--version"], capture_output=True, text=True).stdout.split()
+        redis_v = next((w.split("=", 1)[1] for w in redis_v if w.startswith("v=")), None)
+    except procs.ServiceError:
+        redis_v = None
+    return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
+
+
+def git_commit() -> str | None:
+    out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty",
+                          "--abbrev=40"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def environment() -> dict:
+    """What run.json records about where the numbers were taken."""
+    return {"started": datetime.now().isoformat(timespec="seconds"),
+            "git_commit": git_commit(), "versions": versions(),
+            "kernel": platform.release(), "cores": os.cpu_count(),
+            "python": platform.python_version()}
