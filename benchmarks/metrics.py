@@ -35,22 +35,10 @@ class Metric:
 
 _LOCUST = f"{results.LOCUST_STATS}, Aggregated row"
 _SAMPLER = results.SAMPLER_CSV
-
-
-def _class_metrics(cls: str, what: str) -> dict[str, Metric]:
-    return {
-        f"tw_{cls}_peak": Metric(f"{_SAMPLER} tw_{cls}", f"most TIME_WAIT sockets {what}"),
-        f"tw_{cls}_client_peak": Metric(f"{_SAMPLER} tw_{cls}_client",
-                                        f"most TIME_WAIT {what} held by the connecting side"),
-        f"tw_{cls}_server_peak": Metric(f"{_SAMPLER} tw_{cls}_server",
-                                        f"most TIME_WAIT {what} held by the listening side"),
-        f"estab_{cls}_peak": Metric(f"{_SAMPLER} estab_{cls}",
-                                    f"most ESTABLISHED connections {what}"),
-        f"tw_{cls}_per_request": Metric(
-            f"{_SAMPLER} tw_{cls}, {_LOCUST}",
-            f"TIME_WAIT {what} made during the load per request of the last "
-            f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections"),
-    }
+_CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
+_SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
+_PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of the last "
+                f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections")
 
 
 CATALOGUE: dict[str, Metric] = {
@@ -61,9 +49,24 @@ CATALOGUE: dict[str, Metric] = {
     "p50_ms": Metric(f"{_LOCUST} 50%", "median response time, ms"),
     "p95_ms": Metric(f"{_LOCUST} 95%", "95th percentile response time, ms"),
     "p99_ms": Metric(f"{_LOCUST} 99%", "99th percentile response time, ms"),
-    **_class_metrics("redis", "between the app and Redis"),
-    **_class_metrics("upstream", "between Nginx and the app (stages with a front)"),
-    **_class_metrics("front", "between the client and the entry port"),
+    # app -> Redis
+    "tw_redis_peak": Metric(f"{_SAMPLER} tw_redis", "most TIME_WAIT sockets"),
+    "tw_redis_client_peak": Metric(f"{_SAMPLER} tw_redis_client", _CLIENT_SIDE),
+    "tw_redis_server_peak": Metric(f"{_SAMPLER} tw_redis_server", _SERVER_SIDE),
+    "estab_redis_peak": Metric(f"{_SAMPLER} estab_redis", "most ESTABLISHED connections"),
+    "tw_redis_per_request": Metric(f"{_SAMPLER} tw_redis, {_LOCUST}", _PER_REQUEST),
+    # Nginx -> app (stages with a front)
+    "tw_upstream_peak": Metric(f"{_SAMPLER} tw_upstream", "most TIME_WAIT sockets"),
+    "tw_upstream_client_peak": Metric(f"{_SAMPLER} tw_upstream_client", _CLIENT_SIDE),
+    "tw_upstream_server_peak": Metric(f"{_SAMPLER} tw_upstream_server", _SERVER_SIDE),
+    "estab_upstream_peak": Metric(f"{_SAMPLER} estab_upstream", "most ESTABLISHED connections"),
+    "tw_upstream_per_request": Metric(f"{_SAMPLER} tw_upstream, {_LOCUST}", _PER_REQUEST),
+    # client -> entry port
+    "tw_front_peak": Metric(f"{_SAMPLER} tw_front", "most TIME_WAIT sockets"),
+    "tw_front_client_peak": Metric(f"{_SAMPLER} tw_front_client", _CLIENT_SIDE),
+    "tw_front_server_peak": Metric(f"{_SAMPLER} tw_front_server", _SERVER_SIDE),
+    "estab_front_peak": Metric(f"{_SAMPLER} estab_front", "most ESTABLISHED connections"),
+    "tw_front_per_request": Metric(f"{_SAMPLER} tw_front, {_LOCUST}", _PER_REQUEST),
     "tw_total_peak": Metric(f"{_SAMPLER} tw_total", "most TIME_WAIT sockets in the stage"),
     "client_cpu_peak": Metric(f"{_SAMPLER} cpu_locust", "Locust's highest CPU, % of one core"),
     "app_cpu_peak": Metric(f"{_SAMPLER} cpu_app", "the app server's highest CPU, % of one core"),
