@@ -88,7 +88,7 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     runner.check_endpoints([], url, stage_dir, None)
     runner.measure([], url, stage_dir, {"front": port}, {}, None, opts,
                    args.user_classes.split(","))
-    totals = metrics.locust_totals(stage_dir / results.LOCUST_STATS)
+    totals = metrics.locust_totals(stage_dir)
     say(json.dumps(totals))
     return 0
 

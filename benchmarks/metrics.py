@@ -11,6 +11,7 @@ with its source and meaning; a test keeps it and `compute` in step.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,19 @@ from benchmarks.stages import Stage
 TIME_WAIT_SECONDS = 60
 EADDRNOTAVAIL = "(99: Cannot assign requested address)"
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
-SUMMARY_COLUMNS = ("stage", "rps", "p50_ms", "p95_ms", "p99_ms", "failures",
+SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_peak")
+# Locust's request type for a Socket.IO ack (benchmarks/chat.py): reported beside the
+# HTTP headline, never mixed into it.
+SOCKETIO_TYPE = "WSIO"
+# Past this relative gap between Locust's answered requests and the server's own
+# count, the report flags the stage: one of the two is not counting what it should.
+COUNT_GAP_LIMIT = 0.02
+# A request line in an access log: `"GET /kv/a HTTP/1.1" 200` (Nginx's `counted`
+# format, gunicorn's --access-logformat, and werkzeug's own line all contain it).
+REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>\d{3})\b')
+# werkzeug colours some of its lines (201s, 4xx) even into a file
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 # The sampler's connection classes (benchmarks/stages.py: Stage.connection_classes).
 CLASSES = ("redis", "upstream", "front")
 
@@ -33,7 +45,8 @@ class Metric:
     meaning: str
 
 
-_LOCUST = f"{results.LOCUST_STATS}, Aggregated row"
+_LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
+_LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
 _SAMPLER = results.SAMPLER_CSV
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
@@ -42,13 +55,27 @@ _PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of t
 
 
 CATALOGUE: dict[str, Metric] = {
-    "requests": Metric(f"{_LOCUST} Request Count", "requests Locust sent and timed"),
-    "failures": Metric(f"{_LOCUST} Failure Count", "requests that failed (e.g. 502s)"),
-    "rps": Metric(f"{_LOCUST} Requests/s", "answered (not failed) requests a second"),
-    "locust_rps": Metric(f"{_LOCUST} Requests/s", "Locust's own figure, failures included"),
-    "p50_ms": Metric(f"{_LOCUST} 50%", "median response time, ms"),
-    "p95_ms": Metric(f"{_LOCUST} 95%", "95th percentile response time, ms"),
-    "p99_ms": Metric(f"{_LOCUST} 99%", "99th percentile response time, ms"),
+    "requests": Metric(_LOCUST, "HTTP requests Locust sent and timed"),
+    "failures": Metric(_LOCUST, "HTTP requests that failed (e.g. 502s)"),
+    "rps": Metric(_LOCUST, "answered (not failed) HTTP requests a second: the headline"),
+    "locust_rps": Metric(_LOCUST, "Locust's own figure, failures included"),
+    "rps_independent": Metric(
+        f"{results.COUNT_JSON} answered, {_LOCUST}",
+        "answered requests a second as the server counted them in its access log (the "
+        "entry point's: Nginx, else the app), over Locust's own window"),
+    "rps_gap": Metric("rps, rps_independent",
+                      f"|rps - rps_independent| / rps_independent; over {COUNT_GAP_LIMIT:.0%} "
+                      "the report flags it"),
+    "p50_ms": Metric(_LOCUST, "median HTTP response time, ms"),
+    "p95_ms": Metric(_LOCUST, "95th percentile HTTP response time, ms"),
+    "p99_ms": Metric(_LOCUST, "99th percentile HTTP response time, ms"),
+    "sio_requests": Metric(_LOCUST_SIO, "Socket.IO messages sent (stages 3+), beside the headline"),
+    "sio_failures": Metric(_LOCUST_SIO, "messages whose ack never came or was an error"),
+    "sio_rps": Metric(_LOCUST_SIO, "acknowledged messages a second"),
+    "sio_locust_rps": Metric(_LOCUST_SIO, "messages a second, failures included"),
+    "sio_p50_ms": Metric(_LOCUST_SIO, "median ack round trip, ms"),
+    "sio_p95_ms": Metric(_LOCUST_SIO, "95th percentile ack round trip, ms"),
+    "sio_p99_ms": Metric(_LOCUST_SIO, "99th percentile ack round trip, ms"),
     # app -> Redis
     "tw_redis_peak": Metric(f"{_SAMPLER} tw_redis", "most TIME_WAIT sockets"),
     "tw_redis_client_peak": Metric(f"{_SAMPLER} tw_redis_client", _CLIENT_SIDE),
@@ -84,7 +111,65 @@ CATALOGUE: dict[str, Metric] = {
 }
 
 
-def locust_totals(stats_csv: Path) -> dict:
+def locust_totals(stage_dir: Path) -> dict:
+    """Locust's totals for the stage's HTTP requests, and its Socket.IO acks beside them.
+
+    From `locust.json` (`--json-file`: written as Locust exits, so it holds every
+    request; its CSV is rewritten once a second and misses the last one). A run from
+    before that file has only the CSV, whose Aggregated row mixes in the acks.
+    """
+    path = stage_dir / results.LOCUST_JSON
+    if not path.exists():
+        return {**_csv_totals(stage_dir / results.LOCUST_STATS), **_group_totals([], "sio_")}
+    entries = results.read_json(path)
+    http = [e for e in entries if e["method"] != SOCKETIO_TYPE]
+    if not http:
+        raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
+    return {**_group_totals(http, ""),
+            **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_")}
+
+
+def _group_totals(entries: list[dict], prefix: str) -> dict:
+    """Requests, failures, answered requests a second and percentiles of some entries,
+    computed as Locust computes them for its Aggregated row."""
+    keys = ("requests", "failures", "rps", "locust_rps", "p50_ms", "p95_ms", "p99_ms")
+    if not entries:
+        return {f"{prefix}{k}": None for k in keys}
+    requests = sum(e["num_requests"] for e in entries)
+    failures = sum(e["num_failures"] for e in entries)
+    start = min(e["start_time"] for e in entries)
+    last = max(e["last_request_timestamp"] or start for e in entries)
+    all_rps = requests / (last - start) if last > start else 0.0
+    times: dict[int, int] = {}
+    for e in entries:
+        for ms, n in e["response_times"].items():
+            times[int(ms)] = times.get(int(ms), 0) + n
+    counted = sum(times.values())
+    values = {
+        "requests": requests, "failures": failures,
+        # answered requests a second: Locust's own figure counts failures too, and in
+        # stage 4 those are fast 502s from Nginx
+        "rps": round(all_rps * (requests - failures) / max(1, requests), 1),
+        "locust_rps": round(all_rps, 1),
+        **{f"p{p}_ms": float(percentile(times, counted, p / 100)) for p in (50, 95, 99)},
+    }
+    return {f"{prefix}{k}": v for k, v in values.items()}
+
+
+def percentile(times: dict[int, int], count: int, fraction: float) -> int:
+    """The response time `fraction` of the requests finished within, from Locust's
+    histogram {ms: requests}, by Locust's own rule (`calculate_response_time_percentile`;
+    importing locust here would monkey-patch everything that reads these metrics)."""
+    below = int(count * fraction)
+    seen = 0
+    for ms in sorted(times, reverse=True):
+        seen += times[ms]
+        if count - seen <= below:
+            return ms
+    return 0
+
+
+def _csv_totals(stats_csv: Path) -> dict:
     """The `Aggregated` row of Locust's --csv stats file."""
     with open(stats_csv, newline="") as f:
         for row in csv.DictReader(f):
@@ -94,8 +179,6 @@ def locust_totals(stats_csv: Path) -> dict:
                 return {
                     "requests": requests,
                     "failures": failures,
-                    # answered requests a second: Locust's own Requests/s counts failures
-                    # too, and in stage 4 those are fast 502s from Nginx
                     "rps": round(all_rps * (requests - failures) / max(1, requests), 1),
                     "locust_rps": round(all_rps, 1),
                     "p50_ms": _num(row["50%"]),
@@ -138,7 +221,7 @@ def first_sample(sampler_csv: Path) -> dict[str, float]:
 
 def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
-    m: dict = locust_totals(stage_dir / results.LOCUST_STATS)
+    m: dict = locust_totals(stage_dir)
     first = first_sample(stage_dir / results.SAMPLER_CSV)
     peaks = sampler.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
@@ -167,9 +250,51 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
         m["nginx_eaddrnotavail"] = None
         m["upstream_ports_in_time_wait"] = None
 
+    m.update(independent_rps(stage_dir, m))
+
     verify = results.read_json(stage_dir / results.VERIFY_JSON)
     m["server_keepalive"] = verify.get("server_keepalive")
     return m
+
+
+def count_answered(log: Path, offset: int = 0) -> dict:
+    """Responses in an access log from byte `offset` on: all, and answered (2xx/3xx).
+    Socket.IO's own HTTP requests (handshakes, upgrades) are left out: Locust's
+    headline counts HTTP requests of the chat API."""
+    answered = responses = 0
+    with open(log, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            match = REQUEST_LINE.search(ANSI_COLOUR.sub("", raw.decode("utf-8", "replace")))
+            if not match or match["path"].startswith("/socket.io/"):
+                continue
+            responses += 1
+            answered += match["status"][0] in "23"
+    return {"responses": responses, "answered": answered}
+
+
+def log_size(path: Path) -> int:
+    """Where a log ends now: the start of what a measured run adds to it."""
+    return path.stat().st_size if path.exists() else 0
+
+
+def independent_rps(stage_dir: Path, m: dict) -> dict:
+    """rps_independent and rps_gap from count.json (None for a run without one).
+
+    The server's count over Locust's window (its requests / its requests a second), so
+    the two figures differ only by what each side counted."""
+    path = stage_dir / results.COUNT_JSON
+    if not path.exists() or not m.get("requests"):
+        return {"rps_independent": None, "rps_gap": None}
+    counted = results.read_json(path)["answered"]
+    rps_independent = round(counted * m["locust_rps"] / m["requests"], 1)
+    gap = (round(abs(m["rps"] - rps_independent) / rps_independent, 3)
+           if rps_independent else None)
+    return {"rps_independent": rps_independent, "rps_gap": gap}
+
+
+def count_gap_too_big(metrics: dict) -> bool:
+    return metrics.get("rps_gap") is not None and metrics["rps_gap"] > COUNT_GAP_LIMIT
 
 
 def summarize_nginx_errors(stage_dir: Path) -> dict | None:

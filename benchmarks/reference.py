@@ -9,7 +9,8 @@ what the analysis reads and drops the rest:
 - run folder: run.json, summary.csv, report.md (regenerated, with plots/*.png)
 - per stage:  locust_stats.csv, locust_stats_history.csv (Aggregated rows only),
               sampler.csv, metrics.json, checks.json, sysctl.json, verify.json,
-              nginx/errors.json (what the checks count in Nginx's error log)
+              nginx/errors.json (what the checks count in Nginx's error log),
+              count.json (the server's count of answered requests)
 - not copied: server/Nginx/Locust logs (stage 4's error log alone is tens of MB),
               ss/netstat snapshots, users.json (seeded passwords), Redis data,
               locust_failures.csv and the rest
@@ -31,9 +32,10 @@ from benchmarks import metrics, report, results, stages
 
 DEST = stages.ROOT / "notebooks" / "reference-run"
 RUN_FILES = (results.RUN_JSON, results.SUMMARY_CSV, results.REPORT_MD)
-STAGE_FILES = (results.LOCUST_STATS, results.LOCUST_HISTORY, results.SAMPLER_CSV,
-               results.METRICS_JSON, results.CHECKS_JSON, results.SYSCTL_JSON,
-               results.VERIFY_JSON, results.NGINX_ERRORS)
+STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY,
+               results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
+               results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
+               results.COUNT_JSON)
 SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
 
 

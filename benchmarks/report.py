@@ -18,7 +18,8 @@ from pathlib import Path
 from benchmarks import metrics, plots, results
 from benchmarks.metrics import SUMMARY_COLUMNS
 
-TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("p50_ms", "p50 ms"),
+TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (server)"),
+                 ("p50_ms", "p50 ms"),
                  ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
                  ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
                  ("tw_front_peak", "TW front"), ("client_cpu_peak", "client CPU %"),
@@ -73,6 +74,10 @@ def checks_section(run_dir: Path) -> str:
             mark = "pass" if c["passed"] else "**FAIL**"
             lines.append(f"- {mark}: `{c['expected']}`, measured `{c['measured']}` "
                          f"({c['why']})")
+        if metrics.count_gap_too_big(r["metrics"]):
+            lines.append(f"- note: Locust's RPS and the server's own count differ by "
+                         f"{r['metrics']['rps_gap']:.1%} (over {metrics.COUNT_GAP_LIMIT:.0%}): "
+                         "one of them is not counting what it should")
         if metrics.client_bound(r["metrics"]):
             lines.append(f"- note: Locust passed {metrics.CLIENT_CPU_LIMIT:.0f}% of a core; "
                          "these numbers measure the client as much as the server")

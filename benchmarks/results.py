@@ -8,9 +8,14 @@
         run.json                         parameters, commit, versions, kernel, cores, stages
         summary.csv  report.md  plots/   the whole run (benchmarks/report.py)
         00-builtin/                      one folder per stage (Stage.dirname)
-          locust_stats.csv ...           Locust's --csv files (prefix `locust`)
+          locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
+          locust_stats.csv ...           Locust's --csv files, rewritten once a second
           sampler.csv                    the sampler's time series
           sysctl.json  verify.json       what the stage ran with and answered
+          access.log  app.log            the app's access log (gunicorn); its output (`flask run`
+                                         logs each request there)
+          nginx/access.log               Nginx's access log (stages with a front)
+          count.json                     answered requests the server counted while Locust ran
           nginx/error.log                Nginx's error log (stages with a front)
           nginx/errors.json              counts of the errors the checks read from it
           metrics.json  checks.json      the numbers and the verdicts
@@ -43,6 +48,7 @@ PLOTS = "plots"
 # files of a stage
 LOCUST_PREFIX = "locust"  # Locust's --csv prefix: locust_stats.csv, locust_stats_history.csv
 LOCUST_STATS = "locust_stats.csv"
+LOCUST_JSON = "locust.json"  # --json-file: every request, written as Locust exits
 LOCUST_HISTORY = "locust_stats_history.csv"
 SAMPLER_CSV = "sampler.csv"
 SYSCTL_JSON = "sysctl.json"
@@ -51,6 +57,10 @@ USERS_JSON = "users.json"
 NGINX_DIR = "nginx"
 NGINX_ERROR_LOG = "nginx/error.log"
 NGINX_ERRORS = "nginx/errors.json"
+NGINX_ACCESS_LOG = "nginx/access.log"
+APP_ACCESS_LOG = "access.log"
+APP_LOG = "app.log"
+COUNT_JSON = "count.json"
 METRICS_JSON = "metrics.json"
 CHECKS_JSON = "checks.json"
 
@@ -95,6 +105,15 @@ def new_run(base: Path = RESULTS, suffix: str | None = None) -> Path:
 
 def stage_dir(run_dir: Path, stage: Stage) -> Path:
     return Path(run_dir) / stage.dirname
+
+
+def count_log(stage: Stage) -> str:
+    """The log that counts a stage's answered requests: the entry point's access log."""
+    if stage.front:
+        return NGINX_ACCESS_LOG
+    if stage.server[0] == "gunicorn":
+        return APP_ACCESS_LOG
+    return APP_LOG  # `flask run` (werkzeug) logs every request to its output
 
 
 def up_dir(base: Path, stage: Stage) -> Path:

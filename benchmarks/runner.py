@@ -113,9 +113,15 @@ class Stack:
         # The lab measures connection handling, not the password hash: seeded users get
         # a cheap one, so their logins at the start of a run don't fill the latency tail
         # (the app's default, scrypt, costs tens of ms of CPU per login).
+        # gunicorn reads GUNICORN_CMD_ARGS besides its command line, so the stage's command
+        # stays the one the docs show: an access log in the shape metrics.REQUEST_LINE reads
+        # (the lab's independent count of answered requests).
+        access_log = shlex.join(["--access-logfile", str(self.dir / results.APP_ACCESS_LOG),
+                                 "--access-logformat", '"%(r)s" %(s)s'])
         return child_env(FLASK_REDIS_URL=f"redis://127.0.0.1:{self.box.redis_port}/0",
                          FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
-                         FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000", **self.stage.env)
+                         FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
+                         GUNICORN_CMD_ARGS=access_log, **self.stage.env)
 
     def _start(self, name: str, cmd: list[str], port: int, env: dict | None = None) -> None:
         proc = procs.start([*self.box.prefix(), *cmd], log=self.dir / f"{name}.log",
@@ -211,8 +217,8 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
     cmd = [tool("locust"), "-f", LOCUSTFILE, "--headless", "-u", str(opts.users), "-r",
            str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
-    if csv_prefix:
-        cmd += ["--csv", str(csv_prefix)]
+    if csv_prefix:  # the CSVs for their history, the JSON for exact totals
+        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix)]
     return [*cmd, *opts.locust_args, *user_classes]
 
 
@@ -232,8 +238,10 @@ def check_locust_args(opts: RunOptions) -> None:
 
 def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int],
             server_pids: dict[str, int], users_file: Path | None, opts: RunOptions,
-            user_classes, warmup_url: str | None = None) -> None:
-    """Warm up, then the measured Locust run with the sampler beside it.
+            user_classes, warmup_url: str | None = None,
+            count_log: Path | None = None) -> int | None:
+    """Warm up, then the measured Locust run with the sampler beside it. Returns where
+    `count_log` ended when the measured run started (what it adds is that run's).
 
     The warm-up goes to `warmup_url` (the app itself, behind a proxy): TIME_WAIT
     lasts 60 s, and a warm-up through Nginx would use up stage 4's local ports
@@ -252,6 +260,7 @@ def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int
     shown = shlex.join([results.rel(cmd[len(prefix)]), *cmd[len(prefix) + 1:]])
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
+    count_from = metrics.log_size(count_log) if count_log else None
     locust = procs.start(cmd, log=stage_dir / "locust.log", env=env, cwd=ROOT)
     sampler_cmd = [*prefix, *sampler.command(
         stage_dir / results.SAMPLER_CSV, classes, {**server_pids, "locust": locust.pid},
@@ -274,11 +283,12 @@ def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int
         with sandbox.uninterrupted():
             procs.stop(locust)
             procs.stop(sampler_proc, sig=signal.SIGTERM)
-    if not (stage_dir / results.LOCUST_STATS).exists():
+    if not (stage_dir / results.LOCUST_JSON).exists():
         log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
         raise StageFailed(f"Locust wrote no stats:\n{log}")
     run_quiet([*prefix, sys.executable, "-m", "benchmarks.sampler", "--snapshot", str(stage_dir)],
               child_env(), stage_dir / "sampler.log", timeout=120)
+    return count_from
 
 
 def progress_line(stage_dir: Path) -> str:
@@ -327,17 +337,26 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
             verified = check_endpoints(box.prefix(), stack.url, stage_dir, users_file)
             say(f"  verified: Connection: {verified.get('connection_header')}")
             classes = stage.connection_classes(box.redis_port, box.app_port, box.front_port)
-            measure(box.prefix(), stack.url, stage_dir, classes, stack.pids(), users_file,
-                    opts, stage.users,
-                    warmup_url=f"http://127.0.0.1:{box.app_port}")
+            count_log = stage_dir / results.count_log(stage)
+            count_from = measure(box.prefix(), stack.url, stage_dir, classes, stack.pids(),
+                                 users_file, opts, stage.users,
+                                 warmup_url=f"http://127.0.0.1:{box.app_port}",
+                                 count_log=count_log)
         finally:
-            stack.stop()
+            stack.stop()  # Nginx writes out its buffered access log as it stops
+    results.write_json(stage_dir / results.COUNT_JSON, {
+        "log": results.count_log(stage), "from_byte": count_from,
+        **metrics.count_answered(count_log, count_from)})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     if metrics.client_bound(result):
         say(f"  WARNING: Locust used {result['client_cpu_peak']:.0f}% of a core: "
             "these numbers measure the client, not the server (fewer --users, or "
             "--locust-args '--processes 2')")
+    say(f"  answered {result['rps']} req/s (Locust), {result['rps_independent']} req/s "
+        f"(the server's count)")
+    if metrics.count_gap_too_big(result):
+        say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls}

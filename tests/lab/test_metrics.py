@@ -70,3 +70,41 @@ def test_mean_cpu_is_weighted_by_each_samples_interval(tmp_path):
 def test_client_bound_uses_the_one_limit():
     assert not metrics.client_bound({"client_cpu_peak": metrics.CLIENT_CPU_LIMIT})
     assert metrics.client_bound({"client_cpu_peak": metrics.CLIENT_CPU_LIMIT + 0.1})
+
+
+def test_count_answered_reads_all_three_access_log_shapes(tmp_path):
+    """Nginx's `counted` format, gunicorn's access log and werkzeug's (coloured) lines."""
+    log = tmp_path / "access.log"
+    log.write_text(
+        "warm-up and set-up, before the measured run\n"
+        '"GET /kv/a HTTP/1.1" 200\n'                                       # Nginx / gunicorn
+        '"POST /rooms/3/messages HTTP/1.1" 201\n'
+        '"GET /users/me HTTP/1.1" 502\n'                                   # not answered
+        '"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1" 101\n'       # not chat HTTP
+        '127.0.0.1 - - [22/Nov/2026 08:00:10] "GET /users/friends HTTP/1.1" 200 -\n'
+        '127.0.0.1 - - [22/Nov/2026 08:00:10] "\x1b[35m\x1b[1mPOST /rooms/7/messages '
+        'HTTP/1.1\x1b[0m" 201 -\n'
+        " * Running on http://127.0.0.1:8000\n")
+    start = len("warm-up and set-up, before the measured run\n")
+    assert metrics.count_answered(log, start) == {"responses": 5, "answered": 4}
+    assert metrics.count_answered(log, log.stat().st_size) == {"responses": 0, "answered": 0}
+
+
+def entry(method, name, requests, failures, times, start=100.0, last=110.0):
+    """One entry of Locust's --json-file, in its own shape."""
+    return {"name": name, "method": method, "num_requests": requests,
+            "num_failures": failures, "start_time": start, "last_request_timestamp": last,
+            "response_times": {str(ms): n for ms, n in times.items()}}
+
+
+def test_locust_totals_keep_socketio_acks_beside_the_http_headline(tmp_path):
+    results.write_json(tmp_path / results.LOCUST_JSON, [
+        entry("GET", "/users/me", 60, 0, {10: 30, 20: 30}),
+        entry("POST", "/rooms/[id]/messages", 40, 10, {30: 40}),
+        entry(metrics.SOCKETIO_TYPE, "sendMessage", 500, 0, {2: 500}),
+    ])
+    totals = metrics.locust_totals(tmp_path)
+    assert (totals["requests"], totals["failures"]) == (100, 10)
+    assert totals["locust_rps"] == 10.0 and totals["rps"] == 9.0  # 100 in 10 s, 90 answered
+    assert totals["p50_ms"] == 20.0 and totals["p99_ms"] == 30.0  # the acks' 2 ms left out
+    assert (totals["sio_requests"], totals["sio_p50_ms"]) == (500, 2.0)
