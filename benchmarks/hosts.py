@@ -1,0 +1,460 @@
+"""Hosts: a network namespace per role, joined by a bridge in a lab namespace of its own.
+
+Each role of a stage (`client`, `proxy`, `app`, `redis`) runs on a host of its
+own, so each has its own socket table (`ss -s` on the app host means what it
+means on a real server), its own sysctls and its own CPU set. A host is a
+network namespace `ftl-<pid>-<tag>-<role>` with one interface, `eth0`, its
+address in 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside
+for benchmarks: nothing routes it to a real network) and `lo` up. The other
+end of its veth pair is a port of bridge `br0`, which lives in namespace
+`ftl-<pid>-<tag>-br`: the machine's root namespace gets no interface, no
+address, no route and no sysctl change.
+
+    with Network("4", roles(has_front=True), sysctls=..., cpus=...) as net:
+        procs.start([*net.prefix("app"), "gunicorn", ...])
+        net.address("app")          # "198.18.0.30"
+
+On exit, on an error while it is being made, on Ctrl-C (pressed any number of
+times) and on SIGTERM turned into an exception by the caller, every process in
+its namespaces is stopped (TERM, then KILL) and every namespace deleted (the
+veths and the bridge go with them). After a `kill -9` of the lab, `clean()`
+deletes namespaces whose owner pid is dead and that hold no process.
+
+CPU placement is `taskset -c` in front of the command (see `prefix`): no
+cgroup to make or delete, no cgroup v2 delegation of the cpuset controller
+needed, nothing left behind by a `kill -9`, and the child processes a server
+forks inherit the mask. A cgroup cpuset would also confine a process that
+calls sched_setaffinity itself; none of the lab's servers do.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from benchmarks import sandbox
+
+NS_PREFIX = sandbox.NS_PREFIX          # "ftl-": what `lab clean` looks for
+BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")   # RFC 2544
+SUBNET = ipaddress.ip_network("198.18.0.0/24")
+BRIDGE = "br0"
+BRIDGE_SUFFIX = "br"
+
+
+class NetworkError(RuntimeError):
+    """A network could not be made, or was asked for something that cannot be."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A role and the address of its host (its `eth0`, in SUBNET)."""
+
+    role: str
+    address: str
+
+
+HOSTS: tuple[Host, ...] = (
+    Host("client", "198.18.0.10"),   # Locust
+    Host("proxy", "198.18.0.20"),    # Nginx, only in stages with a front
+    Host("app", "198.18.0.30"),      # the app server
+    Host("redis", "198.18.0.40"),
+)
+ROLES = tuple(h.role for h in HOSTS)
+SERVER_ROLES = ("proxy", "app", "redis")
+CLIENT_ROLES = ("client",)
+
+
+def roles(has_front: bool) -> tuple[str, ...]:
+    """The roles a stage needs: the proxy only when it has a front."""
+    return tuple(r for r in ROLES if has_front or r != "proxy")
+
+
+def connecting_roles(has_front: bool) -> tuple[str, ...]:
+    """Hosts whose outgoing connections churn: the proxy toward the app, the app toward Redis.
+
+    These get a stage's `tcp_tw_reuse` and narrowed port range, as on real
+    servers (both settings act on the side that calls connect()).
+    """
+    return ("proxy", "app") if has_front else ("app",)
+
+
+def classes(has_front: bool, redis_port: int, app_port: int,
+            front_port: int) -> dict[str, tuple[str, str, int]]:
+    """Connection classes by host pair: name -> (connecting host, listening host, port).
+
+    The names are those of `Stage.connection_classes`: `front` (client->entry),
+    `upstream` (proxy->app, with a front only), `redis` (app->redis).
+    """
+    if has_front:
+        return {"redis": ("app", "redis", redis_port), "upstream": ("proxy", "app", app_port),
+                "front": ("client", "proxy", front_port)}
+    return {"redis": ("app", "redis", redis_port), "front": ("client", "app", app_port)}
+
+
+def host_sysctls(stage: Mapping[str, str], baseline: Mapping[str, str],
+                 roles: Iterable[str], connecting: Iterable[str]) -> dict[str, dict[str, str]]:
+    """role -> sysctls: the stage's settings on the connecting hosts, the baseline elsewhere.
+
+    `stage` is the stage's merged profile (`stages.stage_sysctls(stage)`),
+    `baseline` the baseline profile (`stages.sysctl_profile("baseline")`).
+    A key the stage sets but the baseline lacks is left at the kernel's
+    default of a new namespace on the other hosts.
+
+    >>> host_sysctls({"net.ipv4.tcp_tw_reuse": "1"}, {"net.ipv4.tcp_tw_reuse": "0"},
+    ...              ["client", "app"], ["app"])
+    {'client': {'net.ipv4.tcp_tw_reuse': '0'}, 'app': {'net.ipv4.tcp_tw_reuse': '1'}}
+    """
+    connecting = set(connecting)
+    return {role: {**baseline, **stage} if role in connecting else dict(baseline)
+            for role in roles}
+
+
+# --- CPU sets ---------------------------------------------------------------------
+
+_CPUS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def parse_cpus(spec: str, available: Iterable[int] | None = None) -> frozenset[int]:
+    """"0-1,3" -> frozenset({0, 1, 3}); ValueError for bad syntax or CPUs this process cannot use.
+
+    `available` defaults to os.sched_getaffinity(0): the CPUs this process
+    (and so the lab) may run on, which in a container may be fewer than the
+    machine's.
+    """
+    text = spec.replace(" ", "")
+    if not _CPUS.match(text):
+        raise ValueError(f"CPU set {spec!r}: expected numbers and ranges, e.g. 0 or 0-1,3")
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        first, last = int(low), int(high or low)
+        if last < first:
+            raise ValueError(f"CPU set {spec!r}: range {part} runs backwards")
+        cpus.update(range(first, last + 1))
+    have = frozenset(os.sched_getaffinity(0) if available is None else available)
+    missing = sorted(cpus - have)
+    if missing:
+        raise ValueError(f"CPU set {spec!r}: CPU {format_cpus(missing)} not available here "
+                         f"(this process may use {format_cpus(have)})")
+    return frozenset(cpus)
+
+
+def format_cpus(cpus: Iterable[int]) -> str:
+    """frozenset({0, 1, 3}) -> "0-1,3" (what taskset -c and Cpus_allowed_list say)."""
+    out, run = [], []
+    for cpu in sorted(cpus):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [cpu]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which CPUs the server roles and the client run on."""
+
+    server: frozenset[int]
+    client: frozenset[int]
+
+    @property
+    def overlap(self) -> frozenset[int]:
+        """CPUs both sides share (empty when the server has its own): the report says so."""
+        return self.server & self.client
+
+    def cpus(self, roles: Iterable[str]) -> dict[str, frozenset[int]]:
+        """role -> CPU set, for Network(cpus=...)."""
+        return {r: self.client if r in CLIENT_ROLES else self.server for r in roles}
+
+    def as_dict(self) -> dict:
+        """For run.json."""
+        return {"server_cpus": format_cpus(self.server), "client_cpus": format_cpus(self.client),
+                "overlap": format_cpus(self.overlap), "pinning": "taskset -c"}
+
+
+def placement(server: str | None = None, client: str | None = None,
+              available: Iterable[int] | None = None) -> Placement:
+    """The CPU sets: `--server-cpus` / `--client-cpus` if given, else the default.
+
+    Default on 2+ CPUs: the server roles on the last CPU, the client on the
+    others (2 cores: server {1}, client {0}), so the server has one core, as
+    in the book. On 1 CPU both share it (`overlap` says so).
+    """
+    have = sorted(os.sched_getaffinity(0) if available is None else available)
+    default_server = frozenset(have[-1:])
+    default_client = frozenset(have[:-1]) or default_server
+    return Placement(
+        server=parse_cpus(server, have) if server is not None else default_server,
+        client=parse_cpus(client, have) if client is not None else default_client)
+
+
+# --- namespaces and processes -----------------------------------------------------
+
+_TAG = re.compile(r"^[a-z0-9]{1,12}$")
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise NetworkError(f"ip {' '.join(args)} failed: "
+                           f"{result.stderr.strip() or result.stdout.strip()}")
+    return result
+
+
+def owner_pid(name: str) -> int | None:
+    """The pid in `ftl-<pid>-...`, or None for a name without one."""
+    if not name.startswith(NS_PREFIX):
+        return None
+    head = name[len(NS_PREFIX):].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_processes(namespaces: Iterable[str], grace: float = 5.0) -> None:
+    """TERM, then KILL after `grace` s, every process in these namespaces, all at once."""
+    namespaces = list(namespaces)
+
+    def pids() -> set[int]:
+        return {pid for ns in namespaces for pid in sandbox.namespace_pids(ns)}
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = pids()
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if not pids():
+                return
+
+
+def delete_namespaces(names: Iterable[str]) -> None:
+    """Stop every process in these namespaces, then delete them (missing ones are fine)."""
+    names = list(names)
+    existing = set(sandbox.list_lab_namespaces())
+    names = [n for n in names if n in existing]
+    stop_processes(names)
+    for name in names:
+        _ip("netns", "del", name, check=False)
+
+
+def stale_namespaces() -> list[str]:
+    """Lab namespaces (`ftl-<pid>-...`) whose owner pid is dead and that hold no process.
+
+    A namespace whose owner runs, or with any process in it, is in use and
+    never listed.
+    """
+    stale = []
+    for name in sandbox.list_lab_namespaces():
+        pid = owner_pid(name)
+        if pid is not None and not _alive(pid) and not sandbox.namespace_pids(name):
+            stale.append(name)
+    return stale
+
+
+def clean() -> list[str]:
+    """Delete the stale namespaces (after a `kill -9` of a lab); returns their names."""
+    stale = stale_namespaces()
+    for name in stale:
+        if not sandbox.namespace_pids(name):   # still empty: nobody entered it meanwhile
+            _ip("netns", "del", name, check=False)
+    return stale
+
+
+@contextmanager
+def signals_held():
+    """Let Ctrl-C and SIGTERM wait until the block is done, then deliver them.
+
+    In the main thread the handlers are swapped for ones that only note the
+    signal (Python would run a handler there even if the signal were blocked,
+    when another thread takes it); elsewhere the signals are blocked with
+    pthread_sigmask. Afterwards a noted signal is passed to the previous
+    handler, so a Ctrl-C still ends in KeyboardInterrupt, once.
+    """
+    held = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread():
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return
+    noted: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: noted.append(s)) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if noted:
+            sig = noted[0]
+            handler = previous[sig]
+            if callable(handler):
+                handler(sig, None)
+            elif handler == signal.SIG_DFL:
+                if sig == signal.SIGINT:
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), sig)
+
+
+class Network:
+    """The hosts of one lab run (or stage), a bridge between them. A context manager.
+
+    `tag`: 1-12 lower-case letters or digits, unique within the lab run (the
+    stage key, say). `sysctls`: role -> {key: value}, written inside that
+    host (see host_sysctls). `cpus`: role -> CPU set (see placement). Bad
+    input raises ValueError before anything is made.
+    """
+
+    def __init__(self, tag: str, roles: Iterable[str] = ROLES,
+                 sysctls: Mapping[str, Mapping[str, str]] | None = None,
+                 cpus: Mapping[str, Iterable[int]] | None = None,
+                 hosts: Iterable[Host] = HOSTS, owner: int | None = None) -> None:
+        if not _TAG.match(tag):
+            raise ValueError(f"network tag {tag!r}: 1-12 lower-case letters or digits")
+        self.hosts = {h.role: h for h in hosts}
+        self.roles = tuple(dict.fromkeys(roles))
+        if not self.roles:
+            raise ValueError("a network needs at least one role")
+        for role in self.roles:
+            if role not in self.hosts:
+                raise ValueError(f"unknown host {role!r}; known: {', '.join(self.hosts)}")
+            if not re.match(r"^[a-z][a-z0-9]{0,9}$", role) or role == BRIDGE_SUFFIX:
+                raise ValueError(f"host name {role!r}: 1-10 lower-case letters or digits")
+            if ipaddress.ip_address(self.hosts[role].address) not in SUBNET:
+                raise ValueError(f"host {role}: {self.hosts[role].address} is not in {SUBNET}")
+        for what, given in (("sysctls", sysctls or {}), ("cpus", cpus or {})):
+            unknown = sorted(set(given) - set(self.roles))
+            if unknown:
+                raise ValueError(f"{what} for {', '.join(unknown)}: not a host of this "
+                                 f"network ({', '.join(self.roles)})")
+        self.sysctls = {r: dict(v) for r, v in (sysctls or {}).items()}
+        have = os.sched_getaffinity(0)
+        self.cpus: dict[str, frozenset[int]] = {}
+        for role, cpu_set in (cpus or {}).items():
+            cpu_set = frozenset(cpu_set)
+            if not cpu_set or not cpu_set <= have:
+                raise ValueError(f"cpus for {role}: {format_cpus(cpu_set) or 'none'} not "
+                                 f"available here (this process may use {format_cpus(have)})")
+            self.cpus[role] = cpu_set
+        base = f"{NS_PREFIX}{owner or os.getpid()}-{tag}"
+        self.bridge_namespace = f"{base}-{BRIDGE_SUFFIX}"
+        self._names = {role: f"{base}-{role}" for role in self.roles}
+        self._made: list[str] = []
+
+    # --- what the runner uses
+
+    def names(self) -> dict[str, str]:
+        """role -> its namespace name."""
+        return dict(self._names)
+
+    def namespace(self, role: str) -> str:
+        self._check(role)
+        return self._names[role]
+
+    def address(self, role: str) -> str:
+        """The host's address, e.g. "198.18.0.30" for `app`."""
+        self._check(role)
+        return self.hosts[role].address
+
+    def prefix(self, role: str) -> list[str]:
+        """argv to put in front of a command to run it on `role`'s host, pinned to its CPUs."""
+        self._check(role)
+        argv = ["ip", "netns", "exec", self._names[role]]
+        if role in self.cpus:
+            argv += ["taskset", "-c", format_cpus(self.cpus[role])]
+        return argv
+
+    def sampler_hosts(self) -> dict[str, tuple[str, str]]:
+        """role -> (namespace, address): the sampler's `hosts` argument."""
+        return {r: (self._names[r], self.hosts[r].address) for r in self.roles}
+
+    def _check(self, role: str) -> None:
+        if role not in self._names:
+            raise ValueError(f"no host {role!r} in this network ({', '.join(self.roles)})")
+
+    # --- making and removing
+
+    def __enter__(self) -> Network:
+        try:
+            self._make()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _make(self) -> None:
+        taken = set(sandbox.list_lab_namespaces())
+        clash = [n for n in [self.bridge_namespace, *self._names.values()] if n in taken]
+        if clash:
+            raise NetworkError(f"namespace {clash[0]} exists already (same tag twice?)")
+        br = self.bridge_namespace
+        self._made.append(br)   # noted before it exists: an interrupt cannot lose it
+        _ip("netns", "add", br)
+        _ip("-n", br, "link", "add", BRIDGE, "type", "bridge")
+        _ip("-n", br, "link", "set", BRIDGE, "up")
+        for role in self.roles:
+            ns = self._names[role]
+            self._made.append(ns)
+            _ip("netns", "add", ns)
+            # both ends are made inside the lab's namespaces: the root namespace
+            # never holds a veth, not even for a moment
+            _ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", role,
+                "netns", br)
+            _ip("-n", br, "link", "set", role, "master", BRIDGE, "up")
+            _ip("-n", ns, "addr", "add", f"{self.hosts[role].address}/{SUBNET.prefixlen}",
+                "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            settings = self.sysctls.get(role)
+            if settings:
+                try:
+                    sandbox.write_sysctls(settings, ["ip", "netns", "exec", ns])
+                except sandbox.SandboxError as e:
+                    raise NetworkError(f"host {role}: {e}") from None
+
+    def close(self) -> None:
+        """Stop every process in the network and delete its namespaces. Safe to repeat.
+
+        Ctrl-C and SIGTERM wait until it is done; an interrupt that still gets
+        through starts it again, so the namespaces go in any case.
+        """
+        interrupted: BaseException | None = None
+        while self._made:
+            try:
+                with signals_held():
+                    delete_namespaces(reversed(self._made))
+                    self._made.clear()
+            except KeyboardInterrupt as e:   # delivered after the teardown, or before it
+                interrupted = interrupted or e
+        if interrupted is not None:
+            raise interrupted
