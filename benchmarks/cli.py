@@ -38,6 +38,11 @@ def add_sandbox_options(parser: argparse.ArgumentParser, per: str = "stage") -> 
                         help="host mode only: set the stage's sysctls on the host "
                              "(restored after each stage, and by `lab clean` after a kill)")
     parser.add_argument("--results", default=str(results.RESULTS), help="results folder")
+    parser.add_argument("--server-cpus", metavar="CPUS",
+                        help="CPU set of Redis, the app and Nginx, e.g. 1 or 0-1 (default: the "
+                             "last CPU, so the server has one core, as in the book)")
+    parser.add_argument("--client-cpus", metavar="CPUS",
+                        help="CPU set of Locust (default: the other CPUs)")
 
 
 def resolve_sandbox(requested: str) -> str:

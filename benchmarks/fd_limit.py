@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import resource
 import selectors
 import socket
@@ -81,7 +80,7 @@ from urllib.parse import urlparse
 
 import psutil
 
-from benchmarks import cli, options, procs, results, runner, sandbox, stages
+from benchmarks import cli, hosts, options, procs, results, runner, sandbox, stages
 from benchmarks.cli import StageFailed, say
 from benchmarks.stages import Stage
 from benchmarks.sweep import with_workers
@@ -164,8 +163,8 @@ def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
         round_dir = run_dir / f"nofile-{nofile}-{n}"
     round_dir.mkdir(parents=True)
     say(f"nofile {nofile}: {' '.join(stage.server_command())}")
-    ns_name = f"{sandbox.NS_PREFIX}{os.getpid()}-fd{nofile}"
-    with sandbox.Sandbox(stage, args.sandbox, name=ns_name) as box:
+    placement = hosts.placement(args.server_cpus, args.client_cpus)
+    with sandbox.Sandbox(stage, args.sandbox, placement=placement, tag=f"fd{nofile}") as box:
         stack = runner.Stack(stage, box, round_dir)
         probe = None
         try:
@@ -173,7 +172,7 @@ def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
             worker = gunicorn_worker(stack.procs["app"].pid)
             users_file = runner.seed_stage_users(stack, SEEDED_USERS)
             out = round_dir / "probe.json"
-            cmd = [*box.prefix(), sys.executable, "-m", "benchmarks.fd_limit", "probe",
+            cmd = [*box.prefix("client"), sys.executable, "-m", "benchmarks.fd_limit", "probe",
                    stack.url, "--users-file", str(users_file), "--connections",
                    str(args.connections), "--hold", str(args.hold), "--timeout",
                    str(args.timeout), "--worker-pid", str(worker.pid), "--json", str(out)]
@@ -491,6 +490,10 @@ def run_rounds(args) -> int:
     base = stages.get(BASE_STAGES[args.worker])
     procs.require_binary("prlimit", "It is in util-linux: `apt-get install util-linux`.")
     args.sandbox = cli.resolve_sandbox(args.sandbox)
+    try:
+        hosts.placement(args.server_cpus, args.client_cpus)
+    except ValueError as e:
+        raise options.OptionsError(f"--server-cpus/--client-cpus: {e}") from e
     run_dir = results.new_run(Path(args.results), suffix="fd-limit")
     say(f"fd_limit: {args.connections} Socket.IO connections against one {args.worker} "
         f"worker, nofile {', '.join(map(str, args.nofile))}; sandbox {args.sandbox}; "

@@ -86,8 +86,9 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
                        if k in ("duration_s", "users", "locust_args")}})
     say(f"lab: load against {url} for {opts.duration:g} s; results in {results.rel(stage_dir)}")
     runner.check_endpoints([], url, stage_dir, None)
-    runner.measure([], url, stage_dir, {"front": port}, {}, None, opts,
-                   args.user_classes.split(","))
+    load = runner.Load(client=[], url=url, warmup_url=url, sampler={"classes": {"front": port}},
+                       server_pids={}, snapshots={".": []})
+    runner.measure(load, stage_dir, None, opts, args.user_classes.split(","))
     totals = metrics.locust_totals(stage_dir)
     say(json.dumps(totals))
     return 0
@@ -101,12 +102,13 @@ def running_stage(stage: Stage, opts: options.RunOptions):
         for f in sorted(stage_dir.rglob("*"), reverse=True):
             f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
     stage_dir.mkdir(parents=True, exist_ok=True)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
+                         opts.placement) as box:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()
             users_file = runner.seed_stage_users(stack, 100)
-            runner.check_endpoints(box.prefix(), stack.url, stage_dir, users_file)
+            runner.check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
             yield box, stack, users_file
         finally:
             stack.stop()
@@ -116,7 +118,8 @@ def cmd_up(args) -> int:
     stage = stages.get(args.stage)
     opts = options.RunOptions(stages=(stage,), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
-                              results=Path(args.results))
+                              results=Path(args.results), server_cpus=args.server_cpus,
+                              client_cpus=args.client_cpus)
     state = results.up_state(opts.results)
     if state.exists():
         old = results.read_json(state)
@@ -125,18 +128,23 @@ def cmd_up(args) -> int:
                                        "stop it with Ctrl-C first")
     with running_stage(stage, opts) as (box, stack, users_file):
         results.write_json(state, {
-            "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "netns": box.name,
-            "url": stack.url, "users_file": str(users_file),
-            "ports": {"redis": box.redis_port, "app": box.app_port,
-                      "front": box.front_port if stage.front else None}})
+            "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
+            "users_file": str(users_file),
+            "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
+                             "port": box.port(role) if role != "client" else None}
+                      for role in box.roles}})
         try:
             for note in box.notes:
                 say(f"note: {note}")
             say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
-            if box.mode == "netns":
-                say(f"  network namespace {box.name}; Redis :{box.redis_port}, "
-                    f"app :{box.app_port}" + (f", Nginx :{box.front_port}" if stage.front else ""))
-            say("  in another terminal: python -m benchmarks.lab exec -- ss -s")
+            for role in box.roles:
+                where = f"{box.address(role)}" + (
+                    f":{box.port(role)}" if role != "client" else "")
+                cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
+                say(f"  host {role:<6} {where:<18} {box.namespace(role) or 'the machine'}, "
+                    f"CPUs {cpus}")
+            say("  in another terminal: python -m benchmarks.lab exec -- ss -s "
+                "(--host app, redis or proxy for the others)")
             say("  Ctrl-C stops it")
             while True:
                 time.sleep(3600)
@@ -157,7 +165,10 @@ def cmd_exec(args) -> int:
         state_file.unlink(missing_ok=True)
         raise SystemExit("lab: the stage that was up has stopped. Start one: "
                          "python -m benchmarks.lab up 0")
-    prefix = ["ip", "netns", "exec", state["netns"]] if state["mode"] == "netns" else []
+    if args.host not in state["hosts"]:
+        raise options.OptionsError(f"stage {state['stage']} has no host {args.host!r}; "
+                                   f"its hosts: {', '.join(state['hosts'])}")
+    prefix = state["hosts"][args.host]["prefix"]
     env = child_env(LOCUST_HOST=state["url"], CHAT_USERS_FILE=state["users_file"])
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode
@@ -229,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exec", help="run a command inside the stage that is up")
     ex.add_argument("--results", default=str(results.RESULTS),
                     help="results folder of the `lab up` to reach")
+    ex.add_argument("--host", default="client", choices=[h.role for h in stages.HOSTS],
+                    help="the host to run it on (default: client, where Locust runs)")
     ex.add_argument("command", nargs=argparse.REMAINDER)
     ex.set_defaults(func=cmd_exec)
 

@@ -16,11 +16,13 @@ NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root
               "or run `make setup`.")
 
 
-def render(template: str, run_dir: Path, app_port: int, front_port: int) -> Path:
-    """Write nginx/<template> filled in for this run to run_dir/nginx.conf."""
+def render(template: str, run_dir: Path, app: tuple[str, int],
+           front: tuple[str, int]) -> Path:
+    """Write nginx/<template> filled in for this run to run_dir/nginx.conf: the app's
+    (address, port) upstream, Nginx's own (address, port) to listen on."""
     text = (ROOT / "nginx" / template).read_text()
-    values = {"RUN_DIR": str(run_dir), "APP_PORT": str(app_port),
-              "FRONT_PORT": str(front_port)}
+    values = {"RUN_DIR": str(run_dir), "APP_HOST": app[0], "APP_PORT": str(app[1]),
+              "FRONT_HOST": front[0], "FRONT_PORT": str(front[1])}
     for name, value in values.items():
         text = text.replace(f"@{name}@", value)
     left = re.findall(r"@[A-Z_]+@", text)

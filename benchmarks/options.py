@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import results, stages
+from benchmarks import hosts, results, stages
 from benchmarks.stages import Stage
 
 SANDBOXES = ("auto", "netns", "host")
@@ -35,6 +35,8 @@ class RunOptions:
     apply_host_sysctls: bool = False  # host mode: set the stage's sysctls on the host
     results: Path = results.RESULTS
     strict: bool = False  # exit 3 when a check fails
+    server_cpus: str | None = None  # CPU set of the server roles (default: the last CPU)
+    client_cpus: str | None = None  # CPU set of the client (default: the others)
 
     def __post_init__(self):
         if not self.stages:
@@ -51,6 +53,15 @@ class RunOptions:
             raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
         if self.sandbox not in SANDBOXES:
             raise OptionsError(f"--sandbox must be one of {', '.join(SANDBOXES)}")
+        self.placement  # noqa: B018 - a CPU set this machine does not have fails here
+
+    @property
+    def placement(self) -> hosts.Placement:
+        """Which CPUs the server roles and the client run on."""
+        try:
+            return hosts.placement(self.server_cpus, self.client_cpus)
+        except ValueError as e:
+            raise OptionsError(f"--server-cpus/--client-cpus: {e}") from e
 
     @property
     def stage_keys(self) -> list[str]:
@@ -61,7 +72,7 @@ class RunOptions:
         return {"stages": self.stage_keys, "duration_s": self.duration, "users": self.users,
                 "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
                 "wait_max_s": self.wait_max, "sandbox": self.sandbox,
-                "locust_args": shlex.join(self.locust_args)}
+                "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
 
 
 def select_stages(spec: str) -> tuple[Stage, ...]:
@@ -88,4 +99,4 @@ def from_args(args) -> RunOptions:
         spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
-        strict=args.strict)
+        strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus)

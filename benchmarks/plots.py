@@ -36,7 +36,7 @@ from matplotlib.ticker import FuncFormatter
 from PIL import Image
 
 from benchmarks import metrics, results
-from benchmarks.metrics import TIME_WAIT_SECONDS, port_range_size
+from benchmarks.metrics import TIME_WAIT_SECONDS
 from benchmarks.results import run_info
 from benchmarks.stages import Stage
 
@@ -211,14 +211,6 @@ def cpu_frame(run_dir) -> pd.DataFrame:
     return out
 
 
-def local_ports(stage_dir: Path) -> int | None:
-    """The stage's local port range size, from sysctl.json (`50000 50999` -> 1000)."""
-    path = stage_dir / results.SYSCTL_JSON
-    if not path.exists():
-        return None
-    return port_range_size(results.read_json(path).get("net.ipv4.ip_local_port_range"))
-
-
 # --- drawing ---------------------------------------------------------------------
 
 def _figure(width: float, height: float) -> Figure:
@@ -350,7 +342,7 @@ def time_wait(run_dir, out=None) -> Figure:
                 ax.plot(df["t"], df[f"tw_{cls}"], color=CLASS_COLORS[cls], lw=2,
                         ls=CLASS_DASHES[cls], marker=CLASS_MARKERS[cls], ms=4,
                         label=CLASS_LABELS[cls])
-        ports = local_ports(sr.dir)
+        ports = metrics.local_ports(sr.dir, sr.stage)
         # The port limit only matters to the client end of an outgoing connection; draw it
         # where it is within reach (a narrowed range, or TIME_WAIT past a tenth of it).
         if ports and (ports < 10000 or top > ports / 10):
@@ -427,8 +419,8 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
             ax.annotate(row["key"], (row["ok_rps"], 0), xytext=(0, 7),
                         textcoords="offset points", ha="center", fontsize=9, color="#444444")
     # a narrowed port range caps the client end of a churning class (Nginx -> app)
-    narrowed = sorted({p for p in (local_ports(sr.dir) for sr in stage_runs(run_dir))
-                       if p and p < ymax})
+    ranges = (metrics.local_ports(sr.dir, sr.stage) for sr in stage_runs(run_dir))
+    narrowed = sorted({p for p in ranges if p and p < ymax})
     for ports in narrowed:
         ax.axhline(ports, color="black", ls=":", lw=1)
         ax.annotate(f"{ports:,} local ports: the most an outgoing class can hold",
@@ -451,7 +443,7 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
 def cpu(run_dir, out=None) -> Figure:
     """(d) Mean CPU per component per stage, stacked; Locust hatched, flagged past 90%.
 
-    The flag uses Locust's peak (metrics.json `client_cpu_peak`), like lab.py's warning.
+    The flag is metrics.client_bound (Locust's p95), as the lab's warning and the report's.
     """
     name = "cpu"
     frame = cpu_frame(run_dir)
@@ -475,15 +467,14 @@ def cpu(run_dir, out=None) -> Figure:
         ax.bar(x, values, bottom=base, color=COMPONENT_COLORS[comp], label=comp,
                hatch="//" if comp == "locust" else None, edgecolor="white", linewidth=0.5)
         base = base + values
-    # flagged on the peak, as lab.py's warning and report.md's note are
-    m = metrics_frame(run_dir)
-    peaks = (m["client_cpu_peak"] if "client_cpu_peak" in m
-             else pd.Series(np.nan, index=m.index)).reindex(frame.index)
-    for i, (mean, peak) in enumerate(zip(frame["locust"].fillna(0.0), peaks, strict=True)):
-        peak = mean if pd.isna(peak) else peak
-        busy = metrics.client_bound({"client_cpu_peak": max(mean, peak)})
+    # flagged as the lab's warning and report.md's note are
+    m = metrics_frame(run_dir).reindex(frame.index)
+    p95s = m["client_cpu_p95"] if "client_cpu_p95" in m else m["client_cpu_peak"]
+    for i, (mean, p95) in enumerate(zip(frame["locust"].fillna(0.0), p95s, strict=True)):
+        p95 = mean if pd.isna(p95) else p95
+        busy = metrics.client_bound({"client_cpu_p95": p95})
         # whole percents, rounded down: 89.6 must not read "90" when the flag is off
-        ax.annotate(f"Locust {int(mean)}%\npeak {int(peak)}%" + ("\nclient-bound!" if busy else ""),
+        ax.annotate(f"Locust {int(mean)}%\np95 {int(p95)}%" + ("\nclient-bound!" if busy else ""),
                     (i, base[i]), xytext=(0, 3), textcoords="offset points", ha="center",
                     va="bottom", fontsize=8, color=FAIL_COLOR if busy else "#444444",
                     fontweight="bold" if busy else "normal")
@@ -520,7 +511,7 @@ def failures(run_dir, out=None) -> Figure | None:
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, squeeze=False)).ravel()
     tw_top = max(10.0, float(samples.loc[samples["stage"].isin(
         [sr.stage.dirname for sr in runs]), "tw_upstream"].max()))
-    ports_all = [p for p in (local_ports(sr.dir) for sr in runs) if p]
+    ports_all = [p for p in (metrics.local_ports(sr.dir, sr.stage) for sr in runs) if p]
     tw_top = max(tw_top, *ports_all) if ports_all else tw_top
     fail_top = max(1.0, float(history.loc[history["stage"].isin(
         [sr.stage.dirname for sr in runs]), "requests_per_s"].max() or 0))
@@ -541,7 +532,7 @@ def failures(run_dir, out=None) -> Figure | None:
                 label="upstream TIME_WAIT, Nginx's end (local ports held)")
         ax.set_zorder(right.get_zorder() + 1)
         ax.patch.set_visible(False)
-        ports = local_ports(sr.dir)
+        ports = metrics.local_ports(sr.dir, sr.stage)
         if ports:
             ax.axhline(ports, color="black", ls="--", lw=1)
             ax.annotate(f"{ports:,} local ports", (0.02, ports),

@@ -22,7 +22,7 @@ TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (s
                  ("p50_ms", "p50 ms"),
                  ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
                  ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
-                 ("tw_front_peak", "TW front"), ("client_cpu_peak", "client CPU %"),
+                 ("tw_front_peak", "TW front"), ("client_cpu_p95", "client CPU p95 %"),
                  ("checks", "checks"))
 
 
@@ -79,7 +79,8 @@ def checks_section(run_dir: Path) -> str:
                          f"{r['metrics']['rps_gap']:.1%} (over {metrics.COUNT_GAP_LIMIT:.0%}): "
                          "one of them is not counting what it should")
         if metrics.client_bound(r["metrics"]):
-            lines.append(f"- note: Locust passed {metrics.CLIENT_CPU_LIMIT:.0f}% of a core; "
+            lines.append(f"- note: Locust's CPU (p95) passed {metrics.CLIENT_CPU_LIMIT:.0f}% of "
+                         "its core; "
                          "these numbers measure the client as much as the server")
         lines.append("")
     return "\n".join(lines)
@@ -143,9 +144,12 @@ def write(run_dir: Path) -> None:
         f"{info.get('cores')} cores, commit `{info.get('git_commit')}`.",
         "",
         "TW = peak TIME_WAIT sockets of each connection class: `redis` app to Redis, "
-        "`upstream` Nginx to app, `front` client to the entry point. Client CPU = Locust's "
-        "peak, in % of one core. Every figure comes from the files in the stage's folder: "
-        "`locust_stats.csv` (RPS, percentiles, failures), `sampler.csv` (sockets, CPU), "
+        "`upstream` Nginx to app, `front` client to the entry point. RPS = answered HTTP "
+        "requests a second as Locust counted them (Socket.IO acks are reported apart); "
+        "RPS (server) = the same, counted in the entry point's access log. Client CPU = "
+        "Locust's p95 over the load (its start-up left out), in % of one core. Every figure "
+        "comes from the files in the stage's folder: `locust.json` (RPS, percentiles, "
+        "failures), `count.json` (the server's count), `sampler.csv` (sockets, CPU), "
         "`metrics.json` (all derived numbers), `checks.json`.",
         "",
         summary_table(run_dir),

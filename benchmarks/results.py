@@ -61,6 +61,7 @@ NGINX_ACCESS_LOG = "nginx/access.log"
 APP_ACCESS_LOG = "access.log"
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
+SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
 METRICS_JSON = "metrics.json"
 CHECKS_JSON = "checks.json"
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -98,7 +99,8 @@ def leftovers(pid: int | None = None) -> list[str]:
 
 
 class Stack:
-    """The stage's servers (Redis, the app, Nginx), started in order, stopped in reverse."""
+    """The stage's servers (Redis, the app, Nginx), each on its host, started in order,
+    stopped in reverse."""
 
     def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
         self.stage, self.box, self.dir = stage, box, stage_dir
@@ -107,7 +109,7 @@ class Stack:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.box.entry_port}"
+        return self.box.entry_url
 
     def app_env(self) -> dict:
         # The lab measures connection handling, not the password hash: seeded users get
@@ -118,18 +120,19 @@ class Stack:
         # (the lab's independent count of answered requests).
         access_log = shlex.join(["--access-logfile", str(self.dir / results.APP_ACCESS_LOG),
                                  "--access-logformat", '"%(r)s" %(s)s'])
-        return child_env(FLASK_REDIS_URL=f"redis://127.0.0.1:{self.box.redis_port}/0",
+        redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
+        return child_env(FLASK_REDIS_URL=redis,
                          FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
                          FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
                          GUNICORN_CMD_ARGS=access_log, **self.stage.env)
 
-    def _start(self, name: str, cmd: list[str], port: int, env: dict | None = None) -> None:
-        proc = procs.start([*self.box.prefix(), *cmd], log=self.dir / f"{name}.log",
+    def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
+        proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or child_env(), cwd=ROOT)
         self.procs[name] = proc
         try:
-            procs.wait_for_port(port, proc=proc, timeout=30,
-                                netns=self.box.name if self.box.mode == "netns" else None)
+            procs.wait_for_port(self.box.port(role), host=self.box.address(role), proc=proc,
+                                timeout=30, netns=self.box.namespace(role))
         except procs.ServiceError as e:
             log = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
             raise StageFailed(f"{name} did not start: {e}\n--- {name}.log (end) ---\n{log}") from e
@@ -138,21 +141,23 @@ class Stack:
         self.dir.mkdir(parents=True, exist_ok=True)
         redis_dir = self.dir / "redis"
         redis_dir.mkdir(exist_ok=True)
-        self._start("redis", procs.redis_command(self.box.redis_port, redis_dir),
-                    self.box.redis_port)
-        server = self.stage.server_command(self.box.app_port)
-        self._start("app", [tool(server[0]), *server[1:]], self.box.app_port, self.app_env())
-        self.wait_for_health(f"http://127.0.0.1:{self.box.app_port}/healthz")
+        self._start("redis", "redis", procs.redis_command(
+            self.box.port("redis"), redis_dir, host=self.box.address("redis")))
+        server = self.stage.server_command(self.box.address("app"), self.box.port("app"))
+        self._start("app", "app", [tool(server[0]), *server[1:]], self.app_env())
+        self.wait_for_health(f"{self.box.url('app')}/healthz")
         if self.stage.front:
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
-                                     self.box.app_port, self.box.front_port)
-            checked = nginx_conf.check(conf, self.box.prefix())
+                                     app=(self.box.address("app"), self.box.port("app")),
+                                     front=(self.box.address("proxy"), self.box.port("proxy")))
+            checked = nginx_conf.check(conf, self.box.prefix("proxy"))
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
-            self._start("nginx", nginx_conf.command(conf), self.box.front_port)
+            self._start("nginx", "proxy", nginx_conf.command(conf))
 
     def wait_for_health(self, url: str, timeout: float = 30) -> None:
-        """Until the app answers /healthz 200: the port opens before the workers boot."""
+        """Until the app answers /healthz 200 to the client host: the port opens before
+        the workers boot."""
         probe = ("import sys, time, urllib.request\n"
                  f"end = time.monotonic() + {timeout}\n"
                  "while time.monotonic() < end:\n"
@@ -162,7 +167,7 @@ class Stack:
                  "    except OSError:\n"
                  "        time.sleep(0.2)\n"
                  "sys.exit(1)\n")
-        code = subprocess.run([*self.box.prefix(), sys.executable, "-c", probe, url],
+        code = subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
                               timeout=timeout + 10).returncode
         if code != 0:
             raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
@@ -189,7 +194,7 @@ def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
 def seed_stage_users(stack: Stack, count: int) -> Path:
     """`flask seed-users` inside the stage: users (with friends) for Locust to log in as."""
     out = stack.dir / results.USERS_JSON
-    code = run_quiet([*stack.box.prefix(), tool("flask"), "--app", "app", "seed-users",
+    code = run_quiet([*stack.box.prefix("app"), tool("flask"), "--app", "app", "seed-users",
                       "--count", str(count), "--friends", str(FRIENDS_PER_USER), "--out", str(out)],
                      stack.app_env(), stack.dir / "seed.log", timeout=120)
     if code != 0 or not out.exists():
@@ -236,38 +241,48 @@ def check_locust_args(opts: RunOptions) -> None:
                            f"{last}")
 
 
-def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int],
-            server_pids: dict[str, int], users_file: Path | None, opts: RunOptions,
-            user_classes, warmup_url: str | None = None,
-            count_log: Path | None = None) -> int | None:
-    """Warm up, then the measured Locust run with the sampler beside it. Returns where
-    `count_log` ended when the measured run started (what it adds is that run's).
+@dataclass
+class Load:
+    """Where the load comes from and goes to, and what the sampler watches meanwhile."""
 
-    The warm-up goes to `warmup_url` (the app itself, behind a proxy): TIME_WAIT
-    lasts 60 s, and a warm-up through Nginx would use up stage 4's local ports
-    before the measured window, hiding the moment they run out.
+    client: list[str]  # the argv prefix that runs a command on the client host
+    url: str  # the entry point
+    warmup_url: str  # the app itself, behind a proxy (see measure)
+    sampler: dict  # sampler.command's arguments but `out`, `procs` and `duration`
+    server_pids: dict[str, int]
+    snapshots: dict[str, list[str]]  # folder name under the stage -> argv prefix of a host
+    count_log: Path | None = None  # the access log that counts answered requests
+
+
+def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
+            user_classes) -> int | None:
+    """Warm up, then the measured Locust run with the sampler beside it. Returns where
+    `load.count_log` ended when the measured run started (what it adds is that run's).
+
+    The warm-up goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a
+    warm-up through Nginx would use up stage 4's local ports before the measured
+    window, hiding the moment they run out.
     """
     # the lab wants the server saturated: almost no think time between tasks
     env = child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
                     **({"CHAT_USERS_FILE": users_file} if users_file else {}))
     if opts.warmup > 0:
-        say(f"  warm-up: {opts.warmup:g} s against {warmup_url or url}")
-        warm = locust_command(warmup_url or url, opts, opts.warmup, user_classes, None)
-        run_quiet([*prefix, *warm], env, stage_dir / "locust-warmup.log",
+        say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
+        warm = locust_command(load.warmup_url, opts, opts.warmup, user_classes, None)
+        run_quiet([*load.client, *warm], env, stage_dir / "locust-warmup.log",
                   timeout=opts.warmup + 60)
-    cmd = [*prefix, *locust_command(url, opts, opts.duration, user_classes,
-                                    stage_dir / results.LOCUST_PREFIX)]
-    shown = shlex.join([results.rel(cmd[len(prefix)]), *cmd[len(prefix) + 1:]])
+    cmd = locust_command(load.url, opts, opts.duration, user_classes,
+                         stage_dir / results.LOCUST_PREFIX)
+    shown = shlex.join([results.rel(cmd[0]), *cmd[1:]])
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
-    count_from = metrics.log_size(count_log) if count_log else None
-    locust = procs.start(cmd, log=stage_dir / "locust.log", env=env, cwd=ROOT)
-    sampler_cmd = [*prefix, *sampler.command(
-        stage_dir / results.SAMPLER_CSV, classes, {**server_pids, "locust": locust.pid},
+    count_from = metrics.log_size(load.count_log) if load.count_log else None
+    locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
+    sampler_proc = procs.start(sampler.command(
+        stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
         # stop just before Locust's users close their connections
-        duration=max(1.0, opts.duration - 0.5), python=sys.executable)]
-    sampler_proc = procs.start(sampler_cmd, log=stage_dir / "sampler.log", env=child_env(),
-                               cwd=ROOT)
+        duration=max(1.0, opts.duration - 0.5), **load.sampler),
+        log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT)
     try:
         deadline = time.monotonic() + opts.duration + 60
         started, last = time.monotonic(), 0.0
@@ -286,8 +301,11 @@ def measure(prefix: list[str], url: str, stage_dir: Path, classes: dict[str, int
     if not (stage_dir / results.LOCUST_JSON).exists():
         log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
         raise StageFailed(f"Locust wrote no stats:\n{log}")
-    run_quiet([*prefix, sys.executable, "-m", "benchmarks.sampler", "--snapshot", str(stage_dir)],
-              child_env(), stage_dir / "sampler.log", timeout=120)
+    for folder, prefix in load.snapshots.items():
+        out = stage_dir / folder
+        out.mkdir(parents=True, exist_ok=True)
+        run_quiet([*prefix, sys.executable, "-m", "benchmarks.sampler", "--snapshot", str(out)],
+                  child_env(), stage_dir / "sampler.log", timeout=120)
     return count_from
 
 
@@ -317,12 +335,28 @@ def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
     return result, checks
 
 
+def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path) -> Load:
+    """What `measure` needs for a stage in its sandbox."""
+    if box.network:
+        sampler_args = {"classes": box.connection_classes(),
+                        "hosts": {role: box.namespace(role) for role in box.roles}}
+        snapshots = {f"{results.SNAPSHOTS}/{role}": ["ip", "netns", "exec", box.namespace(role)]
+                     for role in box.roles}
+    else:
+        sampler_args = {"classes": box.connection_classes()}
+        snapshots = {".": []}
+    return Load(client=box.prefix("client"), url=stack.url, warmup_url=box.url("app"),
+                sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
+                count_log=stage_dir / results.count_log(stage))
+
+
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
     """One stage, start to finish. Returns its metrics and checks."""
     stage_dir = results.stage_dir(run_dir, stage)
     stage_dir.mkdir(parents=True)
     say(f"stage {stage.key} {stage.slug}: {stage.title}")
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
+                         opts.placement) as box:
         for note in box.notes:
             say(f"  note: {note}")
         stack = Stack(stage, box, stage_dir)
@@ -330,27 +364,24 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
             stack.start()
             sysctls = box.sysctls()
             results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
-            say(f"  up in {box.mode} {box.name if box.mode == 'netns' else ''}: {stack.url} "
-                f"(tcp_tw_reuse={sysctls.get('net.ipv4.tcp_tw_reuse')}, "
-                f"ports {sysctls.get('net.ipv4.ip_local_port_range')})")
+            say(f"  up in {box.mode} {box.name}: {stack.url} "
+                + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
+                            f"{v.get('net.ipv4.ip_local_port_range')}"
+                            for role, v in sysctls.items() if role in stage.connecting_roles))
             users_file = seed_stage_users(stack, max(2 * opts.users, 20))
-            verified = check_endpoints(box.prefix(), stack.url, stage_dir, users_file)
+            verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
             say(f"  verified: Connection: {verified.get('connection_header')}")
-            classes = stage.connection_classes(box.redis_port, box.app_port, box.front_port)
-            count_log = stage_dir / results.count_log(stage)
-            count_from = measure(box.prefix(), stack.url, stage_dir, classes, stack.pids(),
-                                 users_file, opts, stage.users,
-                                 warmup_url=f"http://127.0.0.1:{box.app_port}",
-                                 count_log=count_log)
+            load = stage_load(stage, box, stack, stage_dir)
+            count_from = measure(load, stage_dir, users_file, opts, stage.users)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {
         "log": results.count_log(stage), "from_byte": count_from,
-        **metrics.count_answered(count_log, count_from)})
+        **metrics.count_answered(load.count_log, count_from)})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     if metrics.client_bound(result):
-        say(f"  WARNING: Locust used {result['client_cpu_peak']:.0f}% of a core: "
+        say(f"  WARNING: Locust used {result['client_cpu_p95']:.0f}% of its core (p95): "
             "these numbers measure the client, not the server (fewer --users, or "
             "--locust-args '--processes 2')")
     say(f"  answered {result['rps']} req/s (Locust), {result['rps_independent']} req/s "

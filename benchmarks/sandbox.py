@@ -180,74 +180,120 @@ REPORTED_SYSCTLS = ("net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range",
 
 
 class Sandbox:
-    """A stage's place to run. Use as a context manager."""
+    """Where a stage's roles run. Use as a context manager.
+
+    netns: a host per role (benchmarks/hosts.py): `client` (Locust), `proxy` (Nginx,
+    stages with a front), `app`, `redis`, each its own network namespace with an
+    address in 198.18.0.0/24, its own sysctls and CPU set. host: every role on
+    127.0.0.1 with free ports, pinned to its CPU set all the same.
+    """
 
     def __init__(self, stage: stages.Stage, mode: str = "netns", apply_sysctls: bool = False,
-                 name: str | None = None):
+                 placement=None, tag: str | None = None):
+        from benchmarks import hosts  # hosts builds on this module's namespace helpers
+
         if mode not in ("netns", "host"):
             raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
-        self.stage = stage
-        self.mode = mode
+        self.stage, self.mode = stage, mode
         self.apply_host_sysctls = apply_sysctls
-        self.name = name or f"{NS_PREFIX}{os.getpid()}-{stage.key}"
+        self.roles = stage.roles
+        self.placement = placement or hosts.placement()
+        self.entry_role = "proxy" if stage.front else "app"
         self._saved: dict[str, str] = {}
         self.notes: list[str] = []
+        self.network = None
         if mode == "netns":
-            self.redis_port, self.app_port, self.front_port = (
-                stages.REDIS_PORT, stages.APP_PORT, stages.FRONT_PORT)
+            self.ports = {"redis": stages.REDIS_PORT, "app": stages.APP_PORT,
+                          "proxy": stages.FRONT_PORT}
+            self.wanted = hosts.host_sysctls(
+                stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
+                stage.connecting_roles)
+            self.network = hosts.Network(tag or stage.key.lower(), self.roles,
+                                         sysctls=self.wanted,
+                                         cpus=self.placement.cpus(self.roles))
         else:
-            self.redis_port, self.app_port, self.front_port = (
-                procs.free_port(), procs.free_port(), procs.free_port())
+            self.ports = {"redis": procs.free_port(), "app": procs.free_port(),
+                          "proxy": procs.free_port()}
+            self.wanted = {role: stages.stage_sysctls(stage) for role in self.roles}
+        self._taskset = {role: ["taskset", "-c", hosts.format_cpus(cpus)]
+                         for role, cpus in self.placement.cpus(self.roles).items()}
+
+    # --- where things are
+
+    def prefix(self, role: str) -> list[str]:
+        """Put this in front of a command to run it on `role`'s host, on its CPUs."""
+        if self.network:
+            return self.network.prefix(role)
+        return list(self._taskset[role])
+
+    def namespace(self, role: str) -> str | None:
+        return self.network.namespace(role) if self.network else None
+
+    def address(self, role: str) -> str:
+        return self.network.address(role) if self.network else "127.0.0.1"
+
+    def port(self, role: str) -> int:
+        return self.ports[role]
+
+    def url(self, role: str) -> str:
+        return f"http://{self.address(role)}:{self.port(role)}"
 
     @property
-    def entry_port(self) -> int:
-        return self.front_port if self.stage.front else self.app_port
+    def entry_url(self) -> str:
+        return self.url(self.entry_role)
 
-    def prefix(self) -> list[str]:
-        """Put this in front of a command to run it inside the sandbox."""
-        return ["ip", "netns", "exec", self.name] if self.mode == "netns" else []
+    @property
+    def name(self) -> str:
+        """What to call this sandbox in a message: its app host's namespace, or the host."""
+        return self.namespace("app") or "the host"
+
+    def connection_classes(self) -> dict:
+        """The sampler's classes: by host pair on hosts, by port alone on the host."""
+        if self.network:
+            return self.stage.host_classes()
+        return self.stage.connection_classes(self.ports["redis"], self.ports["app"],
+                                             self.ports["proxy"])
+
+    # --- making and removing
 
     def __enter__(self) -> Sandbox:
+        if self.network:
+            self.network.__enter__()
+            return self
+        for port in self.ports.values():
+            if procs.port_is_taken(port):
+                raise SandboxError(f"port {port} is taken on 127.0.0.1")
         wanted = stages.stage_sysctls(self.stage)
-        if self.mode == "netns":
-            if self.name in list_lab_namespaces():
-                delete_namespace(self.name)
-            try:
-                with uninterrupted():  # made and owned as one step, or not at all
-                    _run(["ip", "netns", "add", self.name])
-                _run(["ip", "-n", self.name, "link", "set", "lo", "up"])
-                write_sysctls(wanted, self.prefix())
-            except BaseException:
-                delete_namespace(self.name)
-                raise
-        else:
-            for port in (self.redis_port, self.app_port, self.front_port):
-                if procs.port_is_taken(port):
-                    raise SandboxError(f"port {port} is taken on 127.0.0.1")
-            current = read_sysctls(wanted)
-            differs = {k: v for k, v in wanted.items() if current.get(k) != v}
-            if differs and self.apply_host_sysctls:
-                self._saved = {k: current[k] for k in differs}
-                save_host_sysctls(self._saved)  # before the change: a kill -9 can come any time
-                write_sysctls(differs)
-                self.notes.append(f"host sysctls changed for this stage (restored after): "
-                                  f"{differs}")
-            elif differs:
-                self.notes.append(f"host sysctls NOT applied (pass --apply-host-sysctls): "
-                                  f"wanted {differs}, host has "
-                                  f"{ {k: current[k] for k in differs} }")
-                self.notes.append(LOOPBACK_NOTE)
+        current = read_sysctls(wanted)
+        differs = {k: v for k, v in wanted.items() if current.get(k) != v}
+        if differs and self.apply_host_sysctls:
+            self._saved = {k: current[k] for k in differs}
+            save_host_sysctls(self._saved)  # before the change: a kill -9 can come any time
+            write_sysctls(differs)
+            self.notes.append(f"host sysctls changed for this stage (restored after): "
+                              f"{differs}")
+        elif differs:
+            self.notes.append(f"host sysctls NOT applied (pass --apply-host-sysctls): "
+                              f"wanted {differs}, host has "
+                              f"{ {k: current[k] for k in differs} }")
+            self.notes.append(LOOPBACK_NOTE)
         return self
 
-    def sysctls(self) -> dict[str, str]:
-        keys = dict.fromkeys([*REPORTED_SYSCTLS, *stages.stage_sysctls(self.stage)])
-        return read_sysctls(keys, self.prefix())
+    def sysctls(self) -> dict[str, dict[str, str]]:
+        """role -> the sysctls it ran with, as read where it ran."""
+        keys = list(dict.fromkeys([*REPORTED_SYSCTLS, *stages.stage_sysctls(self.stage)]))
+        if not self.network:
+            host = read_sysctls(keys)
+            return {role: dict(host) for role in self.roles}
+        return {role: read_sysctls(keys, ["ip", "netns", "exec", self.namespace(role)])
+                for role in self.roles}
 
     def __exit__(self, *exc) -> None:
+        if self.network:
+            self.network.__exit__(*exc)
+            return
         with uninterrupted():
-            if self.mode == "netns":
-                delete_namespace(self.name)
-            elif self._saved:
+            if self._saved:
                 write_sysctls(self._saved)
                 forget_host_sysctls()
                 self._saved = {}

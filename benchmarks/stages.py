@@ -20,21 +20,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Inside a stage's own network namespace nothing else listens, so the lab uses
-# the well-known ports and the exercises can show them as they are.
+# The topology: a host per role, each a network namespace with one address in
+# 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside for benchmarks,
+# so nothing routes it to a real network). benchmarks/hosts.py makes them.
+@dataclass(frozen=True)
+class Host:
+    role: str
+    address: str
+    runs: str
+
+
+HOSTS: tuple[Host, ...] = (
+    Host("client", "198.18.0.10", "Locust"),
+    Host("proxy", "198.18.0.20", "Nginx, in stages with a front"),
+    Host("app", "198.18.0.30", "the app server"),
+    Host("redis", "198.18.0.40", "Redis"),
+)
+ADDRESS = {h.role: h.address for h in HOSTS}
+SERVER_ROLES = ("proxy", "app", "redis")  # one CPU set; the client has the other
+
+# Each host has its own ports, so the lab uses the well-known ones and the
+# exercises can show them as they are.
 REDIS_PORT = 6379
 APP_PORT = 8000
 FRONT_PORT = 8080
 
-# Server commands, with {app_port} filled in. `flask`/`gunicorn` are the
-# venv's (the docs say `source .venv/bin/activate` first).
-BUILTIN = ("flask", "--app", "app", "run", "--host", "127.0.0.1", "--port", "{app_port}")
-GUNICORN_SYNC = ("gunicorn", "-w", "4", "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+# Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
+# the venv's (the docs say `source .venv/bin/activate` first).
+BUILTIN = ("flask", "--app", "app", "run", "--host", "{app_host}", "--port", "{app_port}")
+GUNICORN_SYNC = ("gunicorn", "-w", "4", "-b", "{app_host}:{app_port}", "app.wsgi:app")
 # gunicorn 26 removed `-k eventlet`: requirements.txt pins 25.x for this stage.
 GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "10",
-                     "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+                     "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
-                   "-b", "127.0.0.1:{app_port}", "app.wsgi:app")
+                   "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
 HTTP_USERS = ("ChatUser",)
 # Socket.IO needs an async worker (a sync worker would be held by each socket).
@@ -80,8 +99,29 @@ class Stage:
         """Folder name of this stage inside a results run: `03-eventlet-keepalive`."""
         return f"{int(self.key.rstrip('g')):02d}{'g' if self.key.endswith('g') else ''}-{self.slug}"
 
-    def server_command(self, app_port: int = APP_PORT) -> list[str]:
-        return [part.format(app_port=app_port) for part in self.server]
+    def server_command(self, app_host: str = ADDRESS["app"],
+                       app_port: int = APP_PORT) -> list[str]:
+        return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The hosts this stage needs: the proxy only when it has a front."""
+        return tuple(h.role for h in HOSTS if self.front or h.role != "proxy")
+
+    @property
+    def connecting_roles(self) -> tuple[str, ...]:
+        """Hosts whose outgoing connections churn, and so get the stage's `tcp_tw_reuse`
+        and narrowed port range, as real servers would: the app toward Redis, and the
+        proxy toward the app. The others keep the baseline."""
+        return ("proxy", "app") if self.front else ("app",)
+
+    def host_classes(self) -> dict[str, tuple[str, str, int]]:
+        """The sampler's classes on hosts: name -> (connecting host, listening host, port)."""
+        if self.front:
+            return {"redis": ("app", "redis", REDIS_PORT),
+                    "upstream": ("proxy", "app", APP_PORT),
+                    "front": ("client", "proxy", FRONT_PORT)}
+        return {"redis": ("app", "redis", REDIS_PORT), "front": ("client", "app", APP_PORT)}
 
     def connection_classes(self, redis_port: int = REDIS_PORT, app_port: int = APP_PORT,
                            front_port: int = FRONT_PORT) -> dict[str, int]:

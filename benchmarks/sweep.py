@@ -153,7 +153,7 @@ def run_options(args) -> options.RunOptions:
         stages=(stages.get(args.stage),), duration=args.duration, users=args.users,
         spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
         locust_args=options.split_locust_args(args.locust_args), sandbox=args.sandbox,
-        results=Path(args.results))
+        results=Path(args.results), server_cpus=args.server_cpus, client_cpus=args.client_cpus)
 
 
 def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path,
@@ -169,7 +169,8 @@ def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path,
     point = dataclasses.replace(point, users=(user_class,))
     point_dir = sweep_dir / f"w{workers}-r{repeat}"
     # the name runner.run_stage's Sandbox gives the point's namespace
-    netns = f"{sandbox.NS_PREFIX}{os.getpid()}-{point.key}" if opts.sandbox == "netns" else None
+    netns = (f"{sandbox.NS_PREFIX}{os.getpid()}-{point.key}-app" if opts.sandbox == "netns"
+             else None)
     for attempt in (1, 2):
         point_dir.mkdir()
         try:

@@ -72,7 +72,8 @@ def ctrl_c(proc: subprocess.Popen) -> str:
 
 @pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.front], ids=lambda s: s.key)
 def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
-    conf = nginx_conf.render(stage.front, tmp_path, stages.APP_PORT, stages.FRONT_PORT)
+    conf = nginx_conf.render(stage.front, tmp_path, app=(stages.ADDRESS["app"], stages.APP_PORT),
+                             front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr
 
