@@ -14,7 +14,7 @@ LAB_ARGS ?=
 # namespaces), `netstat`, `ps`/`sysctl`, and `curl` (the exercises use it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps curl:curl
 
-.PHONY: setup system-packages test test-fast lint lab clean
+.PHONY: setup system-packages test test-fast lint lab book clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -55,6 +55,10 @@ lint: setup
 
 lab: setup
 	$(PY) -m benchmarks.lab run --stages $(STAGES) --duration $(DURATION) --users $(USERS) $(LAB_ARGS)
+
+# The book's benchmark (/kv, 100 clients, the server on one core) beside its figures.
+book: setup
+	$(PY) -m benchmarks.lab book --duration $(DURATION) $(LAB_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,6 +1,7 @@
 """The lab's command line.
 
     python -m benchmarks.lab run [--stages all] [--duration 30] [--users 50]
+    python -m benchmarks.lab book              # the book's benchmark, beside its figures
     python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C
     python -m benchmarks.lab exec -- CMD ...   # a command inside the running stage
     python -m benchmarks.lab list              # the stages (benchmarks/stages.py)
@@ -27,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from benchmarks import cli, metrics, options, report, results, runner, sandbox, stages
+from benchmarks import book, cli, metrics, options, report, results, runner, sandbox, stages
 from benchmarks.cli import say
 from benchmarks.runner import Stack, child_env
 from benchmarks.stages import ROOT, Stage
@@ -40,22 +41,24 @@ def cmd_run(args) -> int:
     opts = dataclasses.replace(opts, sandbox=cli.resolve_sandbox(opts.sandbox))
     runner.check_locust_args(opts)
     run_dir = results.new_run(opts.results)
-    info = {**runner.environment(), "parameters": opts.parameters(), "stages": {}}
-    results.write_json(run_dir / results.RUN_JSON, info)
+    done, failed = run_and_report(opts, run_dir)
+    if failed:
+        return 1
+    if opts.strict and any(not c["passed"] for r in done for c in r["checks"]):
+        return 3
+    return 0
+
+
+def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
+    """Every stage of `opts` into run_dir, then the report; (what ran, keys that failed)."""
     say(f"lab: {len(opts.stages)} stage(s), {opts.duration:g} s each, {opts.users} users, "
-        f"sandbox {opts.sandbox}; results in {results.rel(run_dir)}")
-    done, failed = [], []
-    for i, stage in enumerate(opts.stages):
-        if opts.sandbox == "host" and i > 0:
-            sandbox.wait_for_time_wait_drain(limit=200, say=say)
-        try:
-            done.append(runner.run_stage(stage, run_dir, opts))
-            info["stages"][stage.key] = {"dir": stage.dirname, "sysctls": done[-1]["sysctls"]}
-        except cli.RUN_ERRORS as e:
-            say(f"  stage {stage.key} FAILED TO RUN: {e}")
-            failed.append(stage.key)
-            info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
-        results.write_json(run_dir / results.RUN_JSON, info)
+        f"sandbox {opts.sandbox}, server CPUs {opts.placement.as_dict()['server_cpus']}, "
+        f"client CPUs {opts.placement.as_dict()['client_cpus']}; results in "
+        f"{results.rel(run_dir)}")
+    if opts.placement.overlap:
+        say(f"note: the server and the client share CPU {opts.placement.as_dict()['overlap']}: "
+            "the numbers then depend on how much CPU Locust takes")
+    done, failed = runner.run_stages(opts, run_dir)
     if done:
         report.write(run_dir)
         say("")
@@ -63,10 +66,22 @@ def cmd_run(args) -> int:
         say(f"\nreport: {results.rel(run_dir / results.REPORT_MD)}")
     if failed:
         say(f"lab: stage(s) {', '.join(failed)} failed to run")
-        return 1
-    if opts.strict and any(not c["passed"] for r in done for c in r["checks"]):
-        return 3
-    return 0
+    return done, failed
+
+
+def cmd_book(args) -> int:
+    """The book's benchmark: /kv, 100 clients, no think time, the server on one core."""
+    opts = book.run_options(duration=args.duration, sandbox=cli.resolve_sandbox(args.sandbox),
+                        apply_host_sysctls=args.apply_host_sysctls,
+                        results=Path(args.results), server_cpus=args.server_cpus,
+                        client_cpus=args.client_cpus)
+    run_dir = results.new_run(opts.results, suffix="book")
+    done, failed = run_and_report(opts, run_dir)
+    rows = book.write_csv(run_dir)
+    say("")
+    say(book.table(rows))
+    say(f"\n{results.rel(run_dir / book.BOOK_CSV)}")
+    return 1 if failed else 0
 
 
 def cmd_run_target(args, opts: options.RunOptions) -> int:
@@ -231,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
     cli.add_sandbox_options(run)
     run.set_defaults(func=cmd_run)
+
+    bk = sub.add_parser("book", help="the book's benchmark: stages 0, 1, 2, 3, 5 on /kv, "
+                                     "100 clients, the server on one core")
+    bk.add_argument("--duration", type=float, default=defaults.duration,
+                    help="seconds measured per stage")
+    cli.add_sandbox_options(bk)
+    bk.set_defaults(func=cmd_book)
 
     up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C")
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")

@@ -141,6 +141,12 @@ def locust_totals(stage_dir: Path) -> dict:
             **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_")}
 
 
+def group_rps(entries: list[dict]) -> float | None:
+    """Answered HTTP requests a second of a --json-file's entries (None: none)."""
+    http = [e for e in entries if e["method"] != SOCKETIO_TYPE]
+    return _group_totals(http, "")["rps"]
+
+
 def _group_totals(entries: list[dict], prefix: str) -> dict:
     """Requests, failures, answered requests a second and percentiles of some entries,
     computed as Locust computes them for its Aggregated row."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import metrics, nginx_conf, procs, results, sampler, sandbox
+from benchmarks import cli, metrics, nginx_conf, procs, results, sampler, sandbox, stages
 from benchmarks.cli import StageFailed, say
 from benchmarks.options import OptionsError, RunOptions
 from benchmarks.stages import ROOT, Stage
@@ -36,6 +36,9 @@ FRIENDS_PER_USER = 5
 # Every process the lab starts carries this variable with the lab's pid, so what a
 # lab left behind can be told from what another lab (or a test) runs.
 OWNER_ENV = "FTL_LAB_PID"
+WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
+PORT_RANGE = "net.ipv4.ip_local_port_range"
+MIN_PORTS = 100  # the narrowest range fit_port_range makes
 
 
 def tool(name: str) -> str:
@@ -254,23 +257,60 @@ class Load:
     count_log: Path | None = None  # the access log that counts answered requests
 
 
+def locust_env(opts: RunOptions, users_file: Path | None) -> dict:
+    # the lab wants the server saturated: almost no think time between tasks
+    return child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
+                     **({"CHAT_USERS_FILE": users_file} if users_file else {}))
+
+
+def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
+            user_classes) -> float | None:
+    """Load before measuring; the answered requests a second it saw (None: no warm-up).
+
+    It goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a warm-up
+    through Nginx would use up stage 4's local ports before the measured window,
+    hiding the moment they run out.
+    """
+    if opts.warmup <= 0:
+        return None
+    say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
+    prefix = stage_dir / WARMUP_PREFIX
+    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None),
+           "--json-file", str(prefix)]
+    run_quiet([*load.client, *cmd], locust_env(opts, users_file),
+              stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
+    try:
+        return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
+    except (OSError, ValueError):
+        return None
+
+
+def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
+    """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
+    when this machine is too slow to fill it within the first third of the window.
+
+    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
+    so at `rps` requests a second the range fills in ports / rps seconds. Only stages
+    whose profile narrows the range, only on hosts (never the machine's own). The new
+    range, or None when the profile's stands.
+    """
+    if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
+        return None
+    low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
+    wanted = max(MIN_PORTS, int(rps * opts.duration / 3))
+    if wanted >= high - low + 1:
+        return None
+    value = f"{low} {low + wanted - 1}"
+    for role in box.stage.connecting_roles:
+        sandbox.write_sysctls({PORT_RANGE: value}, ["ip", "netns", "exec", box.namespace(role)])
+    return value
+
+
 def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
             user_classes) -> int | None:
-    """Warm up, then the measured Locust run with the sampler beside it. Returns where
-    `load.count_log` ended when the measured run started (what it adds is that run's).
-
-    The warm-up goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a
-    warm-up through Nginx would use up stage 4's local ports before the measured
-    window, hiding the moment they run out.
-    """
-    # the lab wants the server saturated: almost no think time between tasks
-    env = child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
-                    **({"CHAT_USERS_FILE": users_file} if users_file else {}))
-    if opts.warmup > 0:
-        say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
-        warm = locust_command(load.warmup_url, opts, opts.warmup, user_classes, None)
-        run_quiet([*load.client, *warm], env, stage_dir / "locust-warmup.log",
-                  timeout=opts.warmup + 60)
+    """The measured Locust run with the sampler beside it. Returns where
+    `load.count_log` ended when it started (what the log gains is that run's)."""
+    env = locust_env(opts, users_file)
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX)
     shown = shlex.join([results.rel(cmd[0]), *cmd[1:]])
@@ -362,16 +402,22 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()
-            sysctls = box.sysctls()
-            results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
-            say(f"  up in {box.mode} {box.name}: {stack.url} "
-                + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
-                            f"{v.get('net.ipv4.ip_local_port_range')}"
-                            for role, v in sysctls.items() if role in stage.connecting_roles))
+            say(f"  up in {box.mode} {box.name}: {stack.url}")
             users_file = seed_stage_users(stack, max(2 * opts.users, 20))
             verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
             say(f"  verified: Connection: {verified.get('connection_header')}")
             load = stage_load(stage, box, stack, stage_dir)
+            warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
+            fitted = fit_port_range(box, warm_rps, opts)
+            if fitted:
+                say(f"  port range {fitted} on {', '.join(stage.connecting_roles)}: the "
+                    f"warm-up answered {warm_rps:.0f} req/s, so the narrowed range fills "
+                    f"within the first third of {opts.duration:g} s")
+            sysctls = box.sysctls()
+            results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
+            say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
+                                 f"{v.get(PORT_RANGE)}"
+                                 for role, v in sysctls.items() if role in stage.connecting_roles))
             count_from = measure(load, stage_dir, users_file, opts, stage.users)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
@@ -391,6 +437,26 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls}
+
+
+def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
+    """Every stage of `opts`, one after the other, into run_dir (run.json kept up to
+    date); (the results of those that ran, the keys of those that could not)."""
+    info = {**environment(), "parameters": opts.parameters(), "stages": {}}
+    results.write_json(run_dir / results.RUN_JSON, info)
+    done, failed = [], []
+    for i, stage in enumerate(opts.stages):
+        if opts.sandbox == "host" and i > 0:
+            sandbox.wait_for_time_wait_drain(limit=200, say=say)
+        try:
+            done.append(run_stage(stage, run_dir, opts))
+            info["stages"][stage.key] = {"dir": stage.dirname, "sysctls": done[-1]["sysctls"]}
+        except cli.RUN_ERRORS as e:
+            say(f"  stage {stage.key} FAILED TO RUN: {e}")
+            failed.append(stage.key)
+            info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
+        results.write_json(run_dir / results.RUN_JSON, info)
+    return done, failed
 
 
 def versions() -> dict:
