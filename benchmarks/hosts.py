@@ -15,9 +15,9 @@ address, no route and no sysctl change.
         net.address("app")          # "198.18.0.30"
 
 On exit, on an error while it is being made, on Ctrl-C (pressed any number of
-times) and on SIGTERM turned into an exception by the caller, every process in
-its namespaces is stopped (TERM, then KILL) and every namespace deleted (the
-veths and the bridge go with them). After a `kill -9` of the lab, `clean()`
+times) and on SIGTERM (a KeyboardInterrupt unless the caller handles it),
+every process in its namespaces is stopped (TERM, then KILL) and every
+namespace deleted (the veths and the bridge go with them). After a `kill -9` of the lab, `clean()`
 deletes namespaces whose owner pid is dead and that hold no process.
 
 CPU placement is `taskset -c` in front of the command (see `prefix`): no
@@ -37,7 +37,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from benchmarks import sandbox
@@ -47,6 +46,7 @@ BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")   # RFC 2544
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
 BRIDGE = "br0"
 BRIDGE_SUFFIX = "br"
+_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 class NetworkError(RuntimeError):
@@ -264,63 +264,41 @@ def delete_namespaces(names: Iterable[str]) -> None:
         _ip("netns", "del", name, check=False)
 
 
-def stale_namespaces() -> list[str]:
-    """Lab namespaces (`ftl-<pid>-...`) whose owner pid is dead and that hold no process.
+def stale_namespaces(owners: Iterable[int] | None = None) -> dict[str, list[int]]:
+    """Lab namespaces (`ftl-<pid>-...`) whose owner pid is dead -> the pids still in them.
 
-    A namespace whose owner runs, or with any process in it, is in use and
-    never listed.
+    A namespace whose owner runs is in use and never listed. `owners`: only
+    namespaces of these pids (a test judges only its own).
     """
-    stale = []
+    wanted = None if owners is None else set(owners)
+    stale = {}
     for name in sandbox.list_lab_namespaces():
         pid = owner_pid(name)
-        if pid is not None and not _alive(pid) and not sandbox.namespace_pids(name):
-            stale.append(name)
+        if pid is None or (wanted is not None and pid not in wanted) or _alive(pid):
+            continue
+        stale[name] = sandbox.namespace_pids(name)
     return stale
 
 
-def clean() -> list[str]:
-    """Delete the stale namespaces (after a `kill -9` of a lab); returns their names."""
-    stale = stale_namespaces()
-    for name in stale:
-        if not sandbox.namespace_pids(name):   # still empty: nobody entered it meanwhile
-            _ip("netns", "del", name, check=False)
-    return stale
+def clean(owners: Iterable[int] | None = None, kill_orphans: bool = False) -> list[str]:
+    """Delete the namespaces of dead labs (after a `kill -9`); returns the names deleted.
 
-
-@contextmanager
-def signals_held():
-    """Let Ctrl-C and SIGTERM wait until the block is done, then deliver them.
-
-    In the main thread the handlers are swapped for ones that only note the
-    signal (Python would run a handler there even if the signal were blocked,
-    when another thread takes it); elsewhere the signals are blocked with
-    pthread_sigmask. Afterwards a noted signal is passed to the previous
-    handler, so a Ctrl-C still ends in KeyboardInterrupt, once.
+    Only empty ones by default: a namespace with a process in it is left
+    alone. With `kill_orphans`, those processes are stopped first: in a
+    namespace named after a dead lab they can only be what that lab started
+    (its servers outlive it, each in a session of its own), so `lab clean`
+    should pass it.
     """
-    held = (signal.SIGINT, signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread():
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        return
-    noted: list[int] = []
-    previous = {sig: signal.signal(sig, lambda s, _f: noted.append(s)) for sig in held}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if noted:
-            sig = noted[0]
-            handler = previous[sig]
-            if callable(handler):
-                handler(sig, None)
-            elif handler == signal.SIG_DFL:
-                if sig == signal.SIGINT:
-                    raise KeyboardInterrupt
-                os.kill(os.getpid(), sig)
+    deleted = []
+    for name, pids in stale_namespaces(owners).items():
+        if pids and not kill_orphans:
+            continue
+        if kill_orphans:
+            stop_processes([name])
+        if not sandbox.namespace_pids(name):
+            _ip("netns", "del", name, check=False)
+            deleted.append(name)
+    return deleted
 
 
 class Network:
@@ -367,6 +345,9 @@ class Network:
         self.bridge_namespace = f"{base}-{BRIDGE_SUFFIX}"
         self._names = {role: f"{base}-{role}" for role in self.roles}
         self._made: list[str] = []
+        self._previous: dict[int, object] = {}
+        self._held: list[int] = []
+        self._closing = self._interrupted = False
 
     # --- what the runner uses
 
@@ -402,15 +383,53 @@ class Network:
     # --- making and removing
 
     def __enter__(self) -> Network:
+        self._hold_signals()
         try:
             self._make()
         except BaseException:
-            self.close()
+            self.close(propagating=True)
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(propagating=exc_type is not None)
+
+    def _hold_signals(self) -> None:
+        """While the network exists, Ctrl-C and SIGTERM interrupt it once, never its teardown.
+
+        The first SIGINT or SIGTERM goes to the previous handler (a SIGTERM
+        nobody handles becomes KeyboardInterrupt, so the network is removed
+        rather than left behind); later ones, say Ctrl-C pressed again while
+        the namespaces are being removed, are held and, unless an exception
+        is already on its way out, delivered once the teardown is done.
+        Only the main thread can own handlers; elsewhere close() blocks the
+        signals instead.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in _HELD:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, sig: int, frame) -> None:
+        previous = self._previous.get(sig)
+        if previous == signal.SIG_IGN:
+            return
+        if self._closing or self._interrupted:
+            self._held.append(sig)
+            return
+        self._interrupted = True
+        if callable(previous):
+            previous(sig, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def _release_signals(self, propagating: bool) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        held, self._held = self._held, []
+        if held and not propagating:
+            os.kill(os.getpid(), held[0])   # to whatever handles it now
 
     def _make(self) -> None:
         taken = set(sandbox.list_lab_namespaces())
@@ -442,19 +461,20 @@ class Network:
                 except sandbox.SandboxError as e:
                     raise NetworkError(f"host {role}: {e}") from None
 
-    def close(self) -> None:
+    def close(self, propagating: bool = False) -> None:
         """Stop every process in the network and delete its namespaces. Safe to repeat.
 
-        Ctrl-C and SIGTERM wait until it is done; an interrupt that still gets
-        through starts it again, so the namespaces go in any case.
+        `propagating`: an exception is on its way out already, so a Ctrl-C
+        held during the teardown is dropped rather than delivered.
         """
-        interrupted: BaseException | None = None
-        while self._made:
-            try:
-                with signals_held():
-                    delete_namespaces(reversed(self._made))
-                    self._made.clear()
-            except KeyboardInterrupt as e:   # delivered after the teardown, or before it
-                interrupted = interrupted or e
-        if interrupted is not None:
-            raise interrupted
+        self._closing = True
+        mask = None
+        if not self._previous:   # no handlers of ours (not the main thread): block instead
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        try:
+            delete_namespaces(reversed(self._made))
+            self._made.clear()
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self._release_signals(propagating)
