@@ -22,7 +22,10 @@ from .validation import normalize_email
 
 def account(*_args) -> str:
     """The account a login is for: its normalised email ("-" when there is none)."""
-    data = request.get_json(force=True, silent=True)
+    try:
+        data = request.get_json(force=True, silent=True)
+    except RecursionError:  # nested too deeply; the view answers 400
+        data = None
     email = data.get("email") if isinstance(data, dict) else None
     return (normalize_email(email) if isinstance(email, str) else None) or "-"
 

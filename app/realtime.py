@@ -117,22 +117,31 @@ def on_connect(auth=None):
     session["room"] = None
 
 
+def id_field(data: dict, name: str, zero_ok: bool = False) -> int:
+    """A positive integer id field of an event payload (400 otherwise)."""
+    value = data.get(name)
+    if zero_ok and value == 0 and not isinstance(value, bool):
+        return 0
+    number = parse_id(value)
+    if number is None:
+        abort(400, f"'{name}' must be a positive integer id")
+    return number
+
+
 @ack_errors
 def on_join_room(data):
     if not isinstance(data, dict) or data.get("roomId") is None:
         abort(400, "payload must be {roomId, after?}")
-    after = data.get("after")
-    if after is not None and after != 0 and parse_id(after) is None:
-        abort(400, "'after' must be a message id (0 for the oldest kept)")
-    room = room_or_abort(data["roomId"], session["uid"])
+    after = None if data.get("after") is None else id_field(data, "after", zero_ok=True)
+    room = room_or_abort(id_field(data, "roomId"), session["uid"])
     # Join first, then read: a message stored in between arrives both ways
     # (clients drop an id they already have) instead of neither.
     join_room(room_name(room))
     session["room"] = room
     ack = {"ok": True, "roomId": room, "pid": os.getpid()}
     if after is not None:
-        missed = chat_store.messages_after(get_redis(), room, session["uid"],
-                                           parse_id(after) or 0, CATCH_UP_MAX)
+        missed = chat_store.messages_after(get_redis(), room, session["uid"], after,
+                                           CATCH_UP_MAX)
         ack["missed"] = missed or []
     return ack
 
@@ -141,13 +150,13 @@ def on_join_room(data):
 def on_send_message(data):
     content = check_content(data)
     key = check_message_key(data.get("clientId"), "clientId")
-    room = data.get("roomId")
-    if room is None:
-        room = session.get("room")
-        if room is None:
-            abort(400, "no roomId given and no room joined yet")
+    if data.get("roomId") is not None:
+        room = id_field(data, "roomId")
+    elif session.get("room") is not None:
+        room = session["room"]
+    else:
+        abort(400, "no roomId given and no room joined yet")
     # Membership is checked inside the same atomic script that stores.
-    room = room_or_abort(room, session["uid"], check_member=False)
     message = store_message(room, session["uid"], session.get("name"), content, key)
     return {"id": message["id"], "ts": message["ts"]}
 

@@ -32,10 +32,11 @@ def room_name(room_id: int) -> str:
 
 
 def room_or_abort(raw, user_id: int, check_member: bool = True) -> int:
-    """The room id in `raw` if `user_id` is a member; 404 otherwise.
+    """The room id in `raw` (an int or a string of digits) if `user_id` is a
+    member; 404 otherwise, whether the room exists or not.
 
-    `check_member=False` only parses the id, for the calls whose own Redis
-    script checks membership atomically (posting).
+    `check_member=False` only parses the id, for the calls that fetch or store
+    with the membership check in the same round trip (reading, posting).
     """
     room_id = parse_id(raw)
     if room_id is None or (check_member and not chat_store.is_member(get_redis(), room_id,
