@@ -61,10 +61,10 @@ DEFAULTS = {
     "SOCKETIO_CHANNEL": "flask-socketio",
     # Origins whose pages may open a Socket.IO connection: None is the same
     # origin only (an Origin header must match the Host the request came in
-    # on); a comma-separated list (FLASK_CORS_ALLOWED_ORIGINS="https://a.example,
-    # https://b.example") or "*" to allow others. A client that sends no Origin
-    # is not checked; websocket-client (Locust's Socket.IO user) sends the
-    # URL it dials, which is the same origin.
+    # on; behind a proxy, pass the client's Host on); a comma-separated list
+    # (FLASK_CORS_ALLOWED_ORIGINS="https://a.example,https://b.example") or "*"
+    # to allow others. Non-browser clients that send no Origin (websocket-client,
+    # used by Locust's Socket.IO user and the tests) are not checked.
     "CORS_ALLOWED_ORIGINS": None,
 }
 
