@@ -29,9 +29,7 @@ def json_body() -> dict:
         data = request.get_json(force=True)
     except RequestEntityTooLarge:
         raise
-    except BadRequest as e:
-        if too_large(e):
-            abort(413, "request body is too large")
+    except BadRequest:
         abort(400, "request body must be valid JSON")
     except RecursionError:  # "[[[[..." nested deeper than the parser's stack
         abort(400, "request body is nested too deeply")
@@ -40,15 +38,22 @@ def json_body() -> dict:
     return data
 
 
-def too_large(e: BadRequest) -> bool:
-    """A chunked body cut off at MAX_CONTENT_LENGTH surfaces as a BadRequest whose
-    cause is RequestEntityTooLarge (werkzeug reads the stream lazily)."""
-    cause = e.__cause__ or e.__context__
-    while cause is not None:
-        if isinstance(cause, RequestEntityTooLarge):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
+def refuse_oversize_chunked_body() -> None:
+    """413 for a body without Content-Length (chunked) longer than MAX_CONTENT_LENGTH.
+
+    With a Content-Length werkzeug refuses a large body before reading it; a
+    chunked one it silently cuts off at the limit, which then fails as bad
+    JSON (400). So read it here (cached for the view) and look for one more byte.
+    """
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None or request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    if len(request.get_data(cache=True)) >= limit and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge(f"request body is larger than {limit} bytes")
+
+
+def init_app(app) -> None:
+    app.before_request(refuse_oversize_chunked_body)
 
 
 def has_control_chars(value: str, allowed: str = "") -> bool:
