@@ -318,3 +318,36 @@ def test_control_characters_in_content(client, auth, assert_error, redis_client)
 def test_kv_values_expire(client, redis_client):
     assert client.get("/kv/expiring").status_code == 200
     assert 0 < redis_client.ttl("kv:expiring") <= KV_TTL
+
+
+def test_a_stranger_reaches_no_email(client, auth):
+    """The issue's probe: a stranger asks everybody for friendship, looks every email
+    up and tries every room and every friends route. Not one other email comes back."""
+    users = [auth.user(f"member{n}") for n in range(12)]
+    for a, b in zip(users, users[1:], strict=False):
+        auth.friends(a, b)
+    stranger = auth.user("stranger")
+    answers = []
+    for user in users:
+        for call in (
+            lambda u: client.post("/users/friends", json={"friendId": u.id},
+                                  headers=stranger.headers),
+            lambda u: client.get(f"/users/getUserSecure/{u.email}", headers=stranger.headers),
+            lambda u: client.post("/rooms/find-or-create", json={"friendId": u.id},
+                                  headers=stranger.headers),
+        ):
+            answers.append(call(user))
+    for room in range(1, 20):
+        answers.append(client.get(f"/rooms/{room}/messages", headers=stranger.headers))
+        answers.append(client.get(f"/rooms/{room}/messages?after=0", headers=stranger.headers))
+    answers += [client.get("/users/friends", headers=stranger.headers),
+                client.get("/users/friends/requests", headers=stranger.headers),
+                client.get("/users/me", headers=stranger.headers)]
+    text = "\n".join(r.get_data(as_text=True) for r in answers)
+    reached = [u.email for u in users if u.email in text]
+    print(f"\nemails reachable by a stranger: {len(reached)} of {len(users)} "
+          f"({len(answers)} requests)")
+    assert reached == []
+    # The control: a friend does see the email.
+    assert users[0].email in client.get(f"/users/getUserSecure/{users[0].email}",
+                                        headers=users[1].headers).get_data(as_text=True)
