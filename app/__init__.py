@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import auth, errors, health, realtime, redis_store, rooms, seed, settings, users
+from . import (
+    attempts,
+    auth,
+    errors,
+    health,
+    realtime,
+    redis_store,
+    rooms,
+    seed,
+    settings,
+    users,
+    validation,
+)
 
 
 def create_app(test_config: dict | None = None) -> Flask:
@@ -21,9 +33,11 @@ def create_app(test_config: dict | None = None) -> Flask:
     settings.validate(app.config, app.logger)
 
     errors.init_app(app)
+    validation.init_app(app)
     redis_store.init_app(app)
     for blueprint in (auth.bp, users.bp, rooms.bp, health.bp):
         app.register_blueprint(blueprint)
+    attempts.init_app(app)
     seed.init_app(app)
     realtime.init_app(app)
     return app

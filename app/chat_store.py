@@ -3,14 +3,20 @@
 Key layout (one place to read it)::
 
     next:user_id              INCR counter for user ids
-    user:<id>                 hash {id, email, username, password}  (password = hash)
+    user:<id>                 hash {id, email, username, password, token_key}
+                              (password = hash; token_key: see tokens.py)
     user:email:<email>        string -> user id  (the login index, lower-cased email)
     user:<id>:friends         set of friend ids (friendship is mutual: both sets)
+    user:<id>:requests:out    set of ids this user asked to befriend (not yet mutual)
+    user:<id>:requests:in     set of ids that asked this user
     next:room_id              INCR counter for room ids
     room:pair:<lo>:<hi>       string -> room id of the pair (lo < hi): one room per pair
     room:<id>:members         set of member ids (a room exists iff this set does)
     room:<id>:messages        list of message JSON, oldest first, trimmed to ROOM_HISTORY_MAX
-    next:message_id           INCR counter for message ids (unique across rooms)
+    room:<id>:seq             INCR counter: the room's message number (a gap shows a miss)
+    next:message_id           INCR counter for message ids (unique across rooms, increasing)
+    idem:<user id>:<key>      the message JSON stored under an Idempotency-Key/clientId
+                              (expires after IDEMPOTENCY_TTL)
 
 Steps that must not interleave with a concurrent request (register, create
 a room, check membership and store a message) run as Lua scripts: Redis
@@ -32,13 +38,34 @@ from redis.commands.core import Script
 PUBLIC_USER_FIELDS = ("id", "email", "username")
 
 REGISTER_LUA = """
--- KEYS: user:email:<email>, next:user_id   ARGV: email, username, password hash
+-- KEYS: user:email:<email>, next:user_id   ARGV: email, username, password hash, token key
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local id = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], id)
 redis.call('HSET', 'user:' .. id, 'id', id, 'email', ARGV[1],
-           'username', ARGV[2], 'password', ARGV[3])
+           'username', ARGV[2], 'password', ARGV[3], 'token_key', ARGV[4])
 return id
+"""
+
+REQUEST_FRIEND_LUA = """
+-- KEYS: user:<other>, user:<me>:friends, user:<other>:friends,
+--       user:<me>:requests:out, user:<me>:requests:in,
+--       user:<other>:requests:out, user:<other>:requests:in
+-- ARGV: me, other
+-- Returns 0 unknown user, 1 requested (waiting for the other), 2 now friends,
+-- 3 already friends. Atomic, so two users asking at once become friends once.
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then return 3 end
+if redis.call('SISMEMBER', KEYS[5], ARGV[2]) == 1 then
+  redis.call('SREM', KEYS[5], ARGV[2])
+  redis.call('SREM', KEYS[6], ARGV[1])
+  redis.call('SADD', KEYS[2], ARGV[2])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  return 2
+end
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('SADD', KEYS[7], ARGV[1])
+return 1
 """
 
 FIND_OR_CREATE_ROOM_LUA = """
@@ -54,28 +81,60 @@ return id
 """
 
 POST_MESSAGE_LUA = """
--- KEYS: room:<id>:members, room:<id>:messages, next:message_id
--- ARGV: room id, user id, username, content, ts (ms), history cap
--- Returns the new message id, 0 for an unknown room, -1 for a non-member.
-if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-  return -1
+-- KEYS: room:<id>:members, room:<id>:messages, next:message_id, room:<id>:seq,
+--       idem:<user id>:<key> (or "" without a key)
+-- ARGV: room id, user id, username, content, ts (ms), history cap, key TTL (s)
+-- Returns the message JSON; or the one stored before under the same key
+-- (a retry stores nothing); 0 when the caller is not a member; -1 when the
+-- key was used for another message.
+if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then return 0 end
+if KEYS[5] ~= '' then
+  local prior = redis.call('GET', KEYS[5])
+  if prior then
+    local old = cjson.decode(prior)
+    if old.roomId ~= tonumber(ARGV[1]) or old.content ~= ARGV[4] then return -1 end
+    return prior
+  end
 end
 local id = redis.call('INCR', KEYS[3])
 local message = cjson.encode({id = id, roomId = tonumber(ARGV[1]),
-  userId = tonumber(ARGV[2]), username = ARGV[3], content = ARGV[4],
-  ts = tonumber(ARGV[5])})
+  seq = redis.call('INCR', KEYS[4]), userId = tonumber(ARGV[2]), username = ARGV[3],
+  content = ARGV[4], ts = tonumber(ARGV[5])})
 redis.call('RPUSH', KEYS[2], message)
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[6]), -1)
-return id
+if KEYS[5] ~= '' then redis.call('SET', KEYS[5], message, 'EX', ARGV[7]) end
+return message
+"""
+
+MESSAGES_AFTER_LUA = """
+-- KEYS: room:<id>:members, room:<id>:messages   ARGV: user id, after (message id), limit
+-- The first `limit` messages with an id above `after`, oldest first; false for a
+-- non-member. Walks back from the newest in chunks until it meets `after`.
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return false end
+local after, first = tonumber(ARGV[2]), redis.call('LLEN', KEYS[2])
+while first > 0 do
+  local items = redis.call('LRANGE', KEYS[2], math.max(0, first - 100), first - 1)
+  for j = #items, 1, -1 do
+    if cjson.decode(items[j]).id <= after then
+      return redis.call('LRANGE', KEYS[2], first, first + tonumber(ARGV[3]) - 1)
+    end
+    first = first - 1
+  end
+end
+return redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
 """
 
 # Not bound to a client (each call passes its own, or a pipeline); given as
 # bytes so no client is needed to compute the SHA. Script runs EVALSHA and
 # falls back to SCRIPT LOAD when Redis was restarted and forgot the script.
 REGISTER = Script(None, REGISTER_LUA.encode())
+REQUEST_FRIEND = Script(None, REQUEST_FRIEND_LUA.encode())
 FIND_OR_CREATE_ROOM = Script(None, FIND_OR_CREATE_ROOM_LUA.encode())
 POST_MESSAGE = Script(None, POST_MESSAGE_LUA.encode())
+MESSAGES_AFTER = Script(None, MESSAGES_AFTER_LUA.encode())
+
+# What a friend request came to (REQUEST_FRIEND's answer).
+FRIEND_REQUEST_OUTCOMES = {0: "unknown", 1: "requested", 2: "friends", 3: "already"}
 
 
 def user_key(user_id: int) -> str:
@@ -88,6 +147,15 @@ def email_key(email: str) -> str:
 
 def friends_key(user_id: int) -> str:
     return f"user:{user_id}:friends"
+
+
+def requests_key(user_id: int, direction: str) -> str:
+    """``direction``: "out" (asked by the user) or "in" (asked of the user)."""
+    return f"user:{user_id}:requests:{direction}"
+
+
+def idempotency_key(user_id: int, key: str) -> str:
+    return f"idem:{user_id}:{key}"
 
 
 def pair_key(a: int, b: int) -> str:
@@ -110,11 +178,12 @@ def public_user(fields: dict) -> dict:
 
 # --- users -----------------------------------------------------------------
 
-def create_user(r, email: str, username: str, password_hash: str) -> dict | None:
+def create_user(r, email: str, username: str, password_hash: str,
+                token_key: str) -> dict | None:
     """Create a user; None when the email is taken."""
     user_id = REGISTER(
-        keys=[email_key(email), "next:user_id"], args=[email, username, password_hash],
-        client=r)
+        keys=[email_key(email), "next:user_id"],
+        args=[email, username, password_hash, token_key], client=r)
     if not user_id:
         return None
     return {"id": int(user_id), "email": email, "username": username}
@@ -128,8 +197,8 @@ def get_user(r, user_id: int) -> dict | None:
     return public_user(dict(zip(PUBLIC_USER_FIELDS, values, strict=True)))
 
 
-def get_user_by_email(r, email: str, with_password: bool = False) -> dict | None:
-    """A user by (normalised) email; the hash only when asked for (login)."""
+def get_user_by_email(r, email: str, with_secrets: bool = False) -> dict | None:
+    """A user by (normalised) email; password hash and token key only when asked (login)."""
     user_id = r.get(email_key(email))
     if user_id is None:
         return None
@@ -137,24 +206,56 @@ def get_user_by_email(r, email: str, with_password: bool = False) -> dict | None
     if not fields:
         return None
     user = public_user(fields)
-    if with_password:
+    if with_secrets:
         user["password"] = fields.get("password", "")
+        user["token_key"] = fields.get("token_key")
     return user
 
 
-def user_exists(r, user_id: int) -> bool:
-    return bool(r.exists(user_key(user_id)))
+def token_key(r, user_id: int) -> str | None:
+    """The user's current token key (None: no such user)."""
+    return r.hget(user_key(user_id), "token_key")
+
+
+def set_token_key(r, user_id: int, key: str, only_if_missing: bool = False) -> None:
+    """A new key revokes every token issued with the old one."""
+    if only_if_missing:  # a user stored before token keys existed
+        r.hsetnx(user_key(user_id), "token_key", key)
+    else:
+        r.hset(user_key(user_id), "token_key", key)
 
 
 # --- friends ---------------------------------------------------------------
 
-def add_friend(r, user_id: int, friend_id: int) -> bool:
-    """Make two users friends (both directions); True if they were not yet."""
-    pipe = r.pipeline(transaction=True)
-    pipe.sadd(friends_key(user_id), friend_id)
-    pipe.sadd(friends_key(friend_id), user_id)
-    added, _ = pipe.execute()
-    return bool(added)
+def request_friend(r, user_id: int, other_id: int) -> str:
+    """Ask to befriend `other_id`: 'unknown', 'requested', 'friends' (both asked) or 'already'."""
+    result = REQUEST_FRIEND(keys=[
+        user_key(other_id), friends_key(user_id), friends_key(other_id),
+        requests_key(user_id, "out"), requests_key(user_id, "in"),
+        requests_key(other_id, "out"), requests_key(other_id, "in")],
+        args=[user_id, other_id], client=r)
+    return FRIEND_REQUEST_OUTCOMES[int(result)]
+
+
+def make_friends(r, a: int, b: int) -> None:
+    """Both directions at once, no request (seeding; `r` may be a pipeline)."""
+    r.sadd(friends_key(a), b)
+    r.sadd(friends_key(b), a)
+
+
+def friend_requests(r, user_id: int) -> dict:
+    """``{incoming, outgoing}``: ``[{id, username}]`` each, by id (no emails)."""
+    pipe = r.pipeline(transaction=False)
+    pipe.smembers(requests_key(user_id, "in"))
+    pipe.smembers(requests_key(user_id, "out"))
+    incoming, outgoing = ([int(i) for i in ids] for ids in pipe.execute())
+    pipe = r.pipeline(transaction=False)
+    for other in sorted(incoming) + sorted(outgoing):
+        pipe.hget(user_key(other), "username")
+    names = dict(zip(sorted(incoming) + sorted(outgoing), pipe.execute(), strict=True))
+    return {direction: [{"id": i, "username": names[i]} for i in sorted(ids)
+                        if names[i] is not None]
+            for direction, ids in (("incoming", incoming), ("outgoing", outgoing))}
 
 
 def are_friends(r, user_id: int, other_id: int) -> bool:
@@ -187,47 +288,48 @@ def find_or_create_room(r, a: int, b: int):
     return result if isinstance(r, Pipeline) else int(result)
 
 
-def membership(r, room_id: int, user_id: int) -> str:
-    """'member', 'forbidden' (room exists, user not in it) or 'unknown'."""
-    pipe = r.pipeline(transaction=False)
-    pipe.sismember(members_key(room_id), user_id)
-    pipe.exists(members_key(room_id))
-    is_member, exists = pipe.execute()
-    if is_member:
-        return "member"
-    return "forbidden" if exists else "unknown"
+def is_member(r, room_id: int, user_id: int) -> bool:
+    return bool(r.sismember(members_key(room_id), user_id))
 
 
 def post_message(r, room_id: int, user_id: int, username: str, content: str,
-                 history_max: int) -> tuple[str, dict | None]:
-    """Store a message if the user is a member.
+                 history_max: int, key: str | None = None,
+                 key_ttl: int = 3600) -> tuple[str, dict | None]:
+    """Store a message if the user is a member; with `key`, at most once per key.
 
-    Returns ('ok', message), ('forbidden', None) or ('unknown', None). The
-    message is only returned once Redis has stored it.
+    Returns ('ok', message), ('not_member', None) or ('key_reused', None) (the
+    key was used for another message). A retry with the same key gets the
+    message stored the first time. The message is only returned once Redis has
+    stored it.
     """
     ts = int(time.time() * 1000)
-    result = int(POST_MESSAGE(
-        keys=[members_key(room_id), messages_key(room_id), "next:message_id"],
-        args=[room_id, user_id, username or "", content, ts, history_max], client=r))
+    result = POST_MESSAGE(
+        keys=[members_key(room_id), messages_key(room_id), "next:message_id",
+              f"room:{room_id}:seq", idempotency_key(user_id, key) if key else ""],
+        args=[room_id, user_id, username or "", content, ts, history_max, key_ttl], client=r)
     if result == 0:
-        return "unknown", None
-    if result < 0:
-        return "forbidden", None
-    return "ok", {"id": result, "roomId": room_id, "userId": user_id,
-                  "username": username, "content": content, "ts": ts}
+        return "not_member", None
+    if result == -1:
+        return "key_reused", None
+    return "ok", json.loads(result)
 
 
-def recent_messages(r, room_id: int, user_id: int, limit: int) -> tuple[str, list]:
-    """The last `limit` messages, oldest first, with the membership verdict.
+def recent_messages(r, room_id: int, user_id: int, limit: int) -> list | None:
+    """The last `limit` messages, oldest first; None unless the user is a member.
 
     One round trip: membership and the messages are fetched together and the
     messages are thrown away unless the user is a member.
     """
     pipe = r.pipeline(transaction=False)
     pipe.sismember(members_key(room_id), user_id)
-    pipe.exists(members_key(room_id))
     pipe.lrange(messages_key(room_id), -limit, -1)
-    is_member, exists, raw = pipe.execute()
-    if not is_member:
-        return ("forbidden" if exists else "unknown"), []
-    return "member", [json.loads(m) for m in raw]
+    member, raw = pipe.execute()
+    return [json.loads(m) for m in raw] if member else None
+
+
+def messages_after(r, room_id: int, user_id: int, after: int, limit: int) -> list | None:
+    """The first `limit` messages newer than message `after` (catching up after a gap);
+    None unless the user is a member."""
+    raw = MESSAGES_AFTER(keys=[members_key(room_id), messages_key(room_id)],
+                         args=[user_id, after, limit], client=r)
+    return None if raw is None else [json.loads(m) for m in raw]

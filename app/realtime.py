@@ -2,15 +2,26 @@
 
 Client -> server events (answers come back as the event's ack):
 
-* ``joinRoom {roomId}`` -> ``{"ok": true, "roomId", "pid"}`` (``pid``: the
-  worker process holding this socket, for the lab), or ``{error, message}``.
-* ``sendMessage {roomId?, content}`` -> ``{"id", "ts"}`` once Redis has stored
-  the message (without ``roomId``: the room this socket joined last), or
-  ``{error, message}``.
+* ``joinRoom {roomId, after?}`` -> ``{"ok": true, "roomId", "pid"}`` (``pid``:
+  the worker process holding this socket, for the lab), or ``{error, message}``.
+  With ``after`` (the id of the last message the client has), the ack also
+  carries ``missed``: the messages stored since (up to 200, oldest first;
+  join again with the last one's id for more). This is how a member catches
+  up after a gap in the feed, e.g. while the queue listener reconnects after
+  a Redis restart: a ``seq`` that jumps by more than one tells it a gap
+  happened.
+* ``sendMessage {roomId?, content, clientId?}`` -> ``{"id", "ts"}`` once Redis
+  has stored the message (without ``roomId``: the room this socket joined
+  last), or ``{error, message}``. A repeated ``clientId`` stores nothing new
+  and acks the message stored the first time.
 
-Server -> client: ``newMessage {id, roomId, userId, username, content, ts}``
+Server -> client: ``newMessage {id, roomId, seq, userId, username, content, ts}``
 to every socket in the room, the sender's included, on every worker: the
-Redis message queue carries the broadcast between worker processes.
+Redis message queue carries the broadcast between worker processes. ``seq``
+counts the room's messages (1, 2, 3, ...).
+
+Every event re-checks the connection's token (one HGET): a socket dies with
+its user's tokens (logout, deleted user, lost data).
 """
 
 from __future__ import annotations
@@ -21,13 +32,17 @@ from functools import wraps
 
 from flask import Flask, abort, current_app, session
 from flask_socketio import SocketIO, join_room
+from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
 from . import chat_store
-from .errors import REDIS_DOWN_MESSAGE, error_body
-from .redis_store import UNAVAILABLE, get_redis
-from .tokens import TokenError, read_token, socket_token
-from .validation import check_content, parse_id
+from .errors import error_body, redis_unavailable
+from .redis_store import get_redis
+from .rooms import room_name, room_or_abort, store_message
+from .tokens import TokenError, live_claims, socket_token
+from .validation import check_content, check_message_key, parse_id
+
+CATCH_UP_MAX = 200  # messages per joinRoom ack
 
 
 def detect_async_mode() -> str:
@@ -50,14 +65,14 @@ def detect_async_mode() -> str:
     return "threading"
 
 
-def room_name(room_id: int) -> str:
-    return f"room:{room_id}"
-
-
-def broadcast_message(message: dict) -> None:
-    """Send ``newMessage`` to the room's sockets (through the queue: all workers)."""
-    current_app.extensions["socketio"].emit("newMessage", message,
-                                           to=room_name(message["roomId"]))
+def redis_error_body(e: RedisError) -> dict:
+    """503 for a Redis that cannot serve now, 500 (logged) for anything else."""
+    message = redis_unavailable(e)
+    if message is None:
+        current_app.logger.exception("unhandled Redis error in Socket.IO event")
+        return error_body(500, "internal server error")
+    current_app.logger.warning("Redis unavailable: %s: %s", type(e).__name__, e)
+    return error_body(503, message)
 
 
 def ack_errors(handler):
@@ -65,73 +80,84 @@ def ack_errors(handler):
     @wraps(handler)
     def wrapped(*args):
         try:
+            caller()
             return handler(args[0] if args else None)
         except HTTPException as e:
             return error_body(e.code, e.description)
-        except UNAVAILABLE as e:
-            current_app.logger.warning("Redis unavailable: %s: %s", type(e).__name__, e)
-            return error_body(503, REDIS_DOWN_MESSAGE)
+        except RedisError as e:
+            return redis_error_body(e)
         except Exception:
             current_app.logger.exception("unhandled error in Socket.IO event")
             return error_body(500, "internal server error")
     return wrapped
 
 
-def on_connect(auth=None):
-    """Accept only a valid token (auth dict, Authorization header or ?token=)."""
+def caller() -> int:
+    """The connection's user id, while its token is still live (401 otherwise)."""
     try:
-        claims = read_token(socket_token(auth))
+        return live_claims(session.get("token"))["uid"]
+    except TokenError as e:
+        abort(401, str(e))
+
+
+def on_connect(auth=None):
+    """Accept only a live token (auth dict, Authorization header or ?token=)."""
+    token = socket_token(auth)
+    try:
+        claims = live_claims(token)
     except TokenError as e:
         # The client receives this as connect_error data.
         raise ConnectionRefusedError(error_body(401, str(e))) from None
+    except RedisError as e:
+        raise ConnectionRefusedError(redis_error_body(e)) from None
     # Flask-SocketIO keeps a private session per socket for its events.
+    session["token"] = token
     session["uid"] = claims["uid"]
-    session["name"] = claims.get("name")
+    session["name"] = claims["name"]
     session["room"] = None
 
 
-def _membership_or_abort(room_id) -> int:
-    room = parse_id(room_id)
-    if room is None:
-        abort(400, "'roomId' must be a positive integer id")
-    verdict = chat_store.membership(get_redis(), room, session["uid"])
-    if verdict == "unknown":
-        abort(404, "unknown room")
-    if verdict == "forbidden":
-        abort(403, "you are not a member of this room")
-    return room
+def id_field(data: dict, name: str, zero_ok: bool = False) -> int:
+    """A positive integer id field of an event payload (400 otherwise)."""
+    value = data.get(name)
+    if zero_ok and value == 0 and not isinstance(value, bool):
+        return 0
+    number = parse_id(value)
+    if number is None:
+        abort(400, f"'{name}' must be a positive integer id")
+    return number
 
 
 @ack_errors
 def on_join_room(data):
     if not isinstance(data, dict) or data.get("roomId") is None:
-        abort(400, "payload must be {roomId}")
-    room = _membership_or_abort(data["roomId"])
+        abort(400, "payload must be {roomId, after?}")
+    after = None if data.get("after") is None else id_field(data, "after", zero_ok=True)
+    room = room_or_abort(id_field(data, "roomId"), session["uid"])
+    # Join first, then read: a message stored in between arrives both ways
+    # (clients drop an id they already have) instead of neither.
     join_room(room_name(room))
     session["room"] = room
-    return {"ok": True, "roomId": room, "pid": os.getpid()}
+    ack = {"ok": True, "roomId": room, "pid": os.getpid()}
+    if after is not None:
+        missed = chat_store.messages_after(get_redis(), room, session["uid"], after,
+                                           CATCH_UP_MAX)
+        ack["missed"] = missed or []
+    return ack
 
 
 @ack_errors
 def on_send_message(data):
     content = check_content(data)
-    room = data.get("roomId")
-    if room is None:
-        room = session.get("room")
-        if room is None:
-            abort(400, "no roomId given and no room joined yet")
-    room = parse_id(room)
-    if room is None:
-        abort(400, "'roomId' must be a positive integer id")
+    key = check_message_key(data.get("clientId"), "clientId")
+    if data.get("roomId") is not None:
+        room = id_field(data, "roomId")
+    elif session.get("room") is not None:
+        room = session["room"]
+    else:
+        abort(400, "no roomId given and no room joined yet")
     # Membership is checked inside the same atomic script that stores.
-    verdict, message = chat_store.post_message(
-        get_redis(), room, session["uid"], session.get("name"), content,
-        current_app.config["ROOM_HISTORY_MAX"])
-    if verdict == "unknown":
-        abort(404, "unknown room")
-    if verdict == "forbidden":
-        abort(403, "you are not a member of this room")
-    broadcast_message(message)
+    message = store_message(room, session["uid"], session.get("name"), content, key)
     return {"id": message["id"], "ts": message["ts"]}
 
 

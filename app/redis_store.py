@@ -26,8 +26,9 @@ Two modes, chosen with ``REDIS_MODE``, so the lab can show the difference:
 
 Both modes use short connect/read timeouts and a single retry: a dead Redis
 gives a quick ``ConnectionError``/``TimeoutError`` (turned into 503 JSON by
-``errors.py``), and a connection killed by a Redis restart is dropped and
-reopened by redis-py on the next command, so the service recovers by itself.
+``errors.py``, like every other "cannot serve now" answer of Redis), and a
+connection killed by a Redis restart is dropped and reopened by redis-py on
+the next command, so the service recovers by itself.
 """
 
 from __future__ import annotations
@@ -39,10 +40,6 @@ import redis
 from flask import Flask, current_app, g
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-
-# Exceptions that mean "Redis is not reachable right now" (503, not 500).
-# BusyLoadingError (Redis still loading its data) is a ConnectionError.
-UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 _pool_lock = threading.Lock()
 

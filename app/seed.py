@@ -7,9 +7,13 @@ function is deliberately slow (tens of ms of CPU), 1,000 separate hashes
 would take most of a minute, and these are throw-away load-test accounts.
 Their logins still pay the full hash check, as a real login does.
 
+Seeded friendships are accepted ones (both sides asked), so each seeded
+user can open its rooms at once.
+
 Re-runnable: users are keyed by email (``<prefix><n>@lab.test``). Running it
 again with the same prefix reuses the existing users (same ids), resets their
-password to this run's, and re-adds friendships and rooms (both idempotent).
+password to this run's (which revokes their old tokens), and re-adds
+friendships and rooms (both idempotent).
 Use another ``--prefix`` for a separate population.
 """
 
@@ -26,6 +30,7 @@ from werkzeug.security import generate_password_hash
 
 from . import chat_store
 from .redis_store import get_redis
+from .tokens import new_token_key
 
 BATCH = 1000  # commands per pipeline round trip
 DEFAULT_PASSWORD = "lab-password-1234"
@@ -85,7 +90,7 @@ def seed_users(r, count: int, friends: int, prefix: str = "user",
         for i in chunk:
             pipe.hset(chat_store.user_key(ids[i]), mapping={
                 "id": ids[i], "email": emails[i], "username": usernames[i],
-                "password": password_hash})
+                "password": password_hash, "token_key": new_token_key()})
             pipe.set(chat_store.email_key(emails[i]), ids[i])
         pipe.execute()
 
@@ -93,8 +98,7 @@ def seed_users(r, count: int, friends: int, prefix: str = "user",
     for chunk in _batches(pairs, BATCH // 3):
         pipe = r.pipeline(transaction=False)
         for a, b in chunk:
-            pipe.sadd(chat_store.friends_key(ids[a]), ids[b])
-            pipe.sadd(chat_store.friends_key(ids[b]), ids[a])
+            chat_store.make_friends(pipe, ids[a], ids[b])  # accepted, no request
             chat_store.find_or_create_room(pipe, ids[a], ids[b])
         pipe.execute()
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 
+import limits
+
 REDIS_MODES = ("per-request", "pool")
 
 # Fixed and public on purpose: it only exists so that a laptop demo starts
@@ -31,6 +33,9 @@ DEFAULTS = {
     "REDIS_CONNECT_TIMEOUT": 1.0,
     "REDIS_SOCKET_TIMEOUT": 2.0,
     "TOKEN_MAX_AGE": 24 * 3600,  # seconds an access token stays valid
+    # Seconds a message's Idempotency-Key (HTTP) or clientId (Socket.IO) is
+    # remembered: a retry within this window stores nothing new.
+    "IDEMPOTENCY_TTL": 3600,
     "PASSWORD_MIN_LENGTH": 8,
     # werkzeug.security method. scrypt is deliberately slow (tens of ms of
     # CPU per hash). The test suite lowers it to a cheap pbkdf2 to stay fast;
@@ -40,20 +45,34 @@ DEFAULTS = {
     "ROOM_HISTORY_MAX": 1000,  # messages kept per room (older ones trimmed)
     "KV_KEY_MAX_LENGTH": 128,
     "MAX_CONTENT_LENGTH": 64 * 1024,  # bytes of request body; larger gets 413
+    # Attempt limits (Flask-Limiter, counted in the same Redis), in its
+    # "N per period" notation. Only FAILED logins count, per account and per
+    # address: the lab logs a few hundred seeded users in from one address in
+    # seconds, and none of that may meet a limit. Sign-ups count per address,
+    # sized for a Locust run that registers a user and a friend per simulated
+    # user (no CHAT_USERS_FILE).
+    "LOGIN_FAILURES_PER_ACCOUNT": "10 per 15 minutes",
+    "LOGIN_FAILURES_PER_ADDRESS": "100 per 15 minutes",
+    "REGISTER_LIMIT_PER_ADDRESS": "2000 per hour",
     # Socket.IO: the Redis message queue lets a broadcast reach members on
     # every worker process. Only Flask-SocketIO's in-process test client needs
     # it off (it refuses to run with a queue).
     "SOCKETIO_MESSAGE_QUEUE": True,
     "SOCKETIO_CHANNEL": "flask-socketio",
-    # Tokens travel in a header or the auth payload, never in a cookie, so a
-    # foreign page cannot act with a user's credentials; load generators send
-    # arbitrary Origin headers, hence "*".
-    "CORS_ALLOWED_ORIGINS": "*",
+    # Origins whose pages may open a Socket.IO connection: None is the same
+    # origin only (an Origin header must match the Host the request came in
+    # on; behind a proxy, pass the client's Host on); a comma-separated list
+    # (FLASK_CORS_ALLOWED_ORIGINS="https://a.example,https://b.example") or "*"
+    # to allow others. Non-browser clients that send no Origin (websocket-client,
+    # used by Locust's Socket.IO user and the tests) are not checked.
+    "CORS_ALLOWED_ORIGINS": None,
 }
 
-_INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "PASSWORD_MIN_LENGTH", "MESSAGE_MAX_LENGTH",
-         "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
+_INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "IDEMPOTENCY_TTL", "PASSWORD_MIN_LENGTH",
+         "MESSAGE_MAX_LENGTH", "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
 _FLOATS = ("REDIS_POOL_TIMEOUT", "REDIS_CONNECT_TIMEOUT", "REDIS_SOCKET_TIMEOUT")
+_LIMITS = ("LOGIN_FAILURES_PER_ACCOUNT", "LOGIN_FAILURES_PER_ADDRESS",
+           "REGISTER_LIMIT_PER_ADDRESS")
 
 
 class ConfigError(RuntimeError):
@@ -65,6 +84,19 @@ def as_bool(value) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
+
+
+def cors_origins(value) -> str | list[str] | None:
+    """None (same origin), "*", or a list of origins from a list or a comma-separated string."""
+    if value is None or value == "" or value == []:
+        return None
+    if value == "*":
+        return "*"
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ConfigError("CORS_ALLOWED_ORIGINS (FLASK_CORS_ALLOWED_ORIGINS) must be '*' or "
+                          f"comma-separated origins, not {value!r}")
+    return [i.strip().rstrip("/") for i in items if i.strip()] or None
 
 
 def validate(config: dict, logger: logging.Logger) -> None:
@@ -96,6 +128,14 @@ def validate(config: dict, logger: logging.Logger) -> None:
                           f"(scrypt or pbkdf2:...), not {method!r}")
     if not isinstance(config.get("REDIS_URL"), str) or not config["REDIS_URL"]:
         raise ConfigError("REDIS_URL (FLASK_REDIS_URL) must be a redis:// URL")
+
+    config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
+    for name in _LIMITS:
+        try:
+            limits.parse_many(str(config.get(name)))
+        except ValueError:
+            raise ConfigError(f"{name} (FLASK_{name}) must be a limit like '10 per minute', "
+                              f"not {config.get(name)!r}") from None
 
     for name, kind in [(n, int) for n in _INTS] + [(n, float) for n in _FLOATS]:
         value = config.get(name)

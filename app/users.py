@@ -1,4 +1,10 @@
-"""``/users``: the caller, lookup by email, and friends."""
+"""``/users``: the caller, lookup by email, friends and friend requests.
+
+Friendship is by consent: ``POST /users/friends`` only asks; the two users
+become friends when the other one asks too. Emails and rooms are for
+yourself and your friends only, and everything else answers 404, so a
+stranger cannot tell a registered email from an unknown one.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ bp = Blueprint("users", __name__, url_prefix="/users")
 @login_required
 def me():
     user = chat_store.get_user(get_redis(), g.user_id)
-    if user is None:  # a valid token for a user that no longer exists
+    if user is None:  # deleted between the token check and now
         abort(401, "user no longer exists; log in again")
     return jsonify(user)
 
@@ -24,9 +30,12 @@ def me():
 @bp.get("/getUserSecure/<path:email>")
 @login_required
 def get_user_secure(email):
+    """Yourself or a friend by email; 404 for anyone else (registered or not)."""
+    r = get_redis()
     normalized = normalize_email(email)
-    user = chat_store.get_user_by_email(get_redis(), normalized) if normalized else None
-    if user is None:
+    user = chat_store.get_user_by_email(r, normalized) if normalized else None
+    if user is None or (user["id"] != g.user_id
+                        and not chat_store.are_friends(r, g.user_id, user["id"])):
         abort(404, "unknown user")
     return jsonify(user)
 
@@ -37,16 +46,26 @@ def friends():
     return jsonify({"friends": chat_store.list_friends(get_redis(), g.user_id)})
 
 
+@bp.get("/friends/requests")
+@login_required
+def friend_requests():
+    """Requests waiting for an answer: ``{incoming, outgoing}``, ids and usernames."""
+    return jsonify(chat_store.friend_requests(get_redis(), g.user_id))
+
+
 @bp.post("/friends")
 @login_required
 def add_friend():
-    """Befriend ``friendId`` (mutual). 201 when new, 200 when already friends."""
+    """Ask to befriend ``friendId``: 202 until they ask too, then 201 and the friends list
+    (200 when already friends)."""
     friend_id = require_id(json_body(), "friendId")
     if friend_id == g.user_id:
         abort(400, "you cannot befriend yourself")
     r = get_redis()
-    friend = chat_store.get_user(r, friend_id)
-    if friend is None:
+    outcome = chat_store.request_friend(r, g.user_id, friend_id)
+    if outcome == "unknown":
         abort(404, "unknown user")
-    added = chat_store.add_friend(r, g.user_id, friend_id)
-    return jsonify({"friend": friend}), 201 if added else 200
+    if outcome == "requested":
+        return jsonify({"status": "requested"}), 202
+    status = 201 if outcome == "friends" else 200
+    return jsonify({"friends": chat_store.list_friends(r, g.user_id)}), status

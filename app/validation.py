@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from flask import abort, current_app, request
-from werkzeug.exceptions import BadRequest
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge
 
 # Deliberately loose (one @, a dot in the domain, no spaces): the service
 # never sends mail, it only needs a stable, sane login name.
@@ -13,6 +14,11 @@ EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 EMAIL_MAX_LENGTH = 254
 USERNAME_MAX_LENGTH = 64
 PASSWORD_MAX_LENGTH = 256
+# Line breaks and tabs are text in a message; every other control character
+# (NUL, ESC, DEL, C1 controls, ...) is refused everywhere.
+CONTENT_WHITESPACE = "\n\r\t"
+# Idempotency-Key / clientId: printable ASCII, short (it becomes part of a Redis key).
+MESSAGE_KEY_RE = re.compile(r"^[!-~]{1,128}$")
 
 
 def json_body() -> dict:
@@ -21,6 +27,8 @@ def json_body() -> dict:
         # force: accept a JSON body whatever the Content-Type (load tools
         # are not always careful); a malformed body raises BadRequest.
         data = request.get_json(force=True)
+    except RequestEntityTooLarge:
+        raise
     except BadRequest:
         abort(400, "request body must be valid JSON")
     except RecursionError:  # "[[[[..." nested deeper than the parser's stack
@@ -30,8 +38,33 @@ def json_body() -> dict:
     return data
 
 
-def require_str(data: dict, name: str, max_length: int | None = None) -> str:
-    """A non-blank string field; too long is 400 unless the caller checks itself."""
+def refuse_oversize_chunked_body() -> None:
+    """413 for a body without Content-Length (chunked) longer than MAX_CONTENT_LENGTH.
+
+    With a Content-Length werkzeug refuses a large body before reading it; a
+    chunked one it silently cuts off at the limit, which then fails as bad
+    JSON (400). So read it here (cached for the view) and look for one more byte.
+    """
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None or request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    if len(request.get_data(cache=True)) >= limit and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge(f"request body is larger than {limit} bytes")
+
+
+def init_app(app) -> None:
+    app.before_request(refuse_oversize_chunked_body)
+
+
+def has_control_chars(value: str, allowed: str = "") -> bool:
+    return any(unicodedata.category(c) == "Cc" and c not in allowed for c in value)
+
+
+def require_str(data: dict, name: str, max_length: int | None = None,
+                allowed_controls: str | None = "") -> str:
+    """A non-blank string field without control characters (but `allowed_controls`;
+    None: any, for passwords, which are only hashed); too long is 400 unless the
+    caller checks itself."""
     if name not in data or data[name] is None:
         abort(400, f"missing field '{name}'")
     value = data[name]
@@ -44,6 +77,8 @@ def require_str(data: dict, name: str, max_length: int | None = None) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         abort(400, f"'{name}' is not valid text")
+    if allowed_controls is not None and has_control_chars(value, allowed_controls):
+        abort(400, f"'{name}' must not contain control characters")
     if max_length is not None and len(value) > max_length:
         abort(400, f"'{name}' is longer than {max_length} characters")
     return value
@@ -86,7 +121,8 @@ def require_email(data: dict, name: str = "email") -> str:
 
 
 def require_password(data: dict) -> str:
-    password = require_str(data, "password", max_length=PASSWORD_MAX_LENGTH)
+    password = require_str(data, "password", max_length=PASSWORD_MAX_LENGTH,
+                           allowed_controls=None)
     minimum = current_app.config["PASSWORD_MIN_LENGTH"]
     if len(password) < minimum:
         abort(400, f"'password' must have at least {minimum} characters")
@@ -101,7 +137,7 @@ def check_content(data) -> str:
     """
     if not isinstance(data, dict):
         abort(400, "payload must be a JSON object")
-    content = require_str(data, "content")
+    content = require_str(data, "content", allowed_controls=CONTENT_WHITESPACE)
     maximum = current_app.config["MESSAGE_MAX_LENGTH"]
     if len(content) > maximum:
         abort(413, f"'content' is longer than {maximum} characters")
@@ -115,3 +151,13 @@ def parse_limit(default: int = 50, maximum: int = 200) -> int:
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= maximum:
         abort(400, f"'limit' must be an integer from 1 to {maximum}")
     return int(raw)
+
+
+def check_message_key(value, name: str) -> str | None:
+    """An Idempotency-Key header or a clientId: None when absent, else 1-128
+    printable ASCII characters (400 otherwise)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not MESSAGE_KEY_RE.match(value):
+        abort(400, f"'{name}' must be 1 to 128 printable ASCII characters")
+    return value

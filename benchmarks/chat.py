@@ -41,9 +41,16 @@ against CHAT_HOST).
 
 Environment:
 - CHAT_USERS_FILE: JSON list of `{email, password, ...}` written by
-  `flask --app app seed-users --out FILE`. Each simulated user logs in as the
-  next entry, cycling (per Locust process). Unset: each simulated user
-  registers a fresh account (and a friend when it has none).
+  `flask --app app seed-users --out FILE` (seeded friendships are accepted
+  ones). Each simulated user logs in as the next entry, cycling (per Locust
+  process). Unset: each simulated user registers a fresh account and, when it
+  has no friend, a friend too; friendship is by consent, so the friend logs in
+  and asks back.
+
+Every message carries a key (an `Idempotency-Key` header over HTTP, a
+`clientId` over Socket.IO) and a message that failed (a 503, a timeout) is
+sent again with the same key by the user's next post, as a real client
+retries: the service stores it once.
 - CHAT_WAIT_MIN, CHAT_WAIT_MAX: seconds a chat user waits between tasks
   (default 0.05 and 0.2: heavy load, but still a think time).
 - CHAT_HOST: the default host when no `--host` is given
@@ -159,17 +166,9 @@ def open_chat(client) -> Chat | None:
     if body is None:
         return None
     friends = body["friends"]
-    if friends:
-        friend = random.choice(friends)
-    else:  # make one: a fresh account, added as a friend
-        friend = register(client, prefix="friend")
-        if not friend:
-            return None
-        with client.post("/users/friends", json={"friendId": friend["id"]}, headers=headers,
-                         catch_response=True) as r:
-            if not 200 <= r.status_code < 300:
-                r.failure(f"add friend: {r.status_code}: {(r.text or '').strip()[:200]}")
-                return None
+    friend = random.choice(friends) if friends else befriend_fresh(client, user, headers)
+    if not friend:
+        return None
 
     with client.post("/rooms/find-or-create", json={"friendId": friend["id"]}, headers=headers,
                      catch_response=True) as r:
@@ -177,6 +176,26 @@ def open_chat(client) -> Chat | None:
     if not body:
         return None
     return Chat(token=token, user=user, friend=friend, room_id=body["roomId"])
+
+
+def befriend_fresh(client, user: dict, headers: dict) -> dict | None:
+    """A fresh account made a friend: we ask (202), it logs in and asks back (201)."""
+    friend = register(client, prefix="friend")
+    if not friend:
+        return None
+    creds = {"email": friend["email"], "password": friend["password"]}
+    with client.post("/auth/login", json=creds, catch_response=True) as r:
+        body = expect(r, 200, "access_token")
+    if not body:
+        return None
+    for asker, other, status in ((headers, friend["id"], 202),
+                                 ({"Authorization": f"Bearer {body['access_token']}"},
+                                  user["id"], 201)):
+        with client.post("/users/friends", json={"friendId": other}, headers=asker,
+                         catch_response=True) as r:
+            if expect(r, status) is None:
+                return None
+    return friend
 
 
 def messages_of(body) -> list | None:
@@ -209,11 +228,27 @@ class SignedInUser(FastHttpUser):
         return self.chat is not None
 
 
+class Outbox:
+    """The next message to send and its key; a failed one is sent again, same key."""
+
+    def __init__(self, label: str):
+        self.label, self.sent, self.pending = label, 0, None
+
+    def next(self, username) -> tuple[str, str]:
+        if self.pending is None:
+            self.sent += 1
+            self.pending = (f"{self.label} {self.sent} from {username}", uuid.uuid4().hex)
+        return self.pending
+
+    def delivered(self) -> None:
+        self.pending = None
+
+
 class ChatUser(SignedInUser):
     """HTTP chat traffic: mostly reading a room's history, some posting."""
 
     weight = 4
-    sent = 0
+    outbox: Outbox | None = None
 
     @task(6)
     def read_messages(self):
@@ -230,12 +265,14 @@ class ChatUser(SignedInUser):
     def post_message(self):
         if not self.signed_in():
             return
-        self.sent += 1
-        content = f"message {self.sent} from {self.chat.user.get('username')}"
+        self.outbox = self.outbox or Outbox("message")
+        content, key = self.outbox.next(self.chat.user.get("username"))
         with self.client.post(f"/rooms/{self.chat.room_id}/messages", json={"content": content},
-                              name="/rooms/[id]/messages", headers=self.chat.headers,
+                              name="/rooms/[id]/messages",
+                              headers={**self.chat.headers, "Idempotency-Key": key},
                               catch_response=True) as r:
-            expect(r, 201, "id", "ts")
+            if expect(r, 201, "id", "ts") is not None:
+                self.outbox.delivered()
 
     @task(2)
     def friends(self):
@@ -292,7 +329,7 @@ class SocketIOChatUser(SignedInUser):
 
     weight = 1
     sio: socketio.Client | None = None
-    sent = 0
+    outbox: Outbox | None = None
 
     def on_start(self):
         self.connected()
@@ -333,12 +370,14 @@ class SocketIOChatUser(SignedInUser):
     def send_message(self):
         if not self.connected():
             return
-        self.sent += 1
-        content = f"socket message {self.sent} from {self.chat.user.get('username')}"
+        self.outbox = self.outbox or Outbox("socket message")
+        content, key = self.outbox.next(self.chat.user.get("username"))
         with self.measure("sendMessage") as meta:
-            ack = self.sio.call("sendMessage", {"roomId": self.chat.room_id, "content": content},
-                                timeout=SOCKET_TIMEOUT)
+            ack = self.sio.call("sendMessage", {"roomId": self.chat.room_id, "content": content,
+                                                "clientId": key}, timeout=SOCKET_TIMEOUT)
             check_ack(ack, meta, "id", "ts")
+        if meta["exception"] is None:
+            self.outbox.delivered()
 
 
 class AckError(Exception):

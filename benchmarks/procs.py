@@ -115,9 +115,18 @@ REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as roo
 
 
 def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str]:
-    """A throw-away Redis: no persistence, its own dir, loopback only."""
+    """A Redis of its own: loopback only, its data in `workdir`.
+
+    Persistence is the append-only file, written before Redis answers each
+    write and fsynced once a second (`appendfsync everysec`): a Redis that is
+    killed or restarted loses nothing it acknowledged (only a crash of the
+    whole machine can lose up to about a second). A restart on the same
+    `workdir` loads it back. No RDB snapshots (`--save ""`): the AOF is enough,
+    and a snapshot would fork a copy of Redis in the middle of a measurement.
+    """
     exe = require_binary("redis-server", REDIS_HINT)
-    return [exe, "--port", str(port), "--bind", host, "--save", "", "--appendonly", "no",
+    return [exe, "--port", str(port), "--bind", host, "--save", "",
+            "--appendonly", "yes", "--appendfsync", "everysec",
             "--dir", str(workdir), "--protected-mode", "yes", "--daemonize", "no",
             "--loglevel", "warning"]
 

@@ -19,9 +19,10 @@ Importable: `verify(url, users_file=None) -> dict` with `ok`, `reachable`,
 kept the connection open after a response, 0 if it closed it, None if
 unknown), `connection_header` and `server_header` (as answered, "" if absent).
 
-It writes to the instance: one or two fresh users, a friendship, a room and
-one message (with `--users-file`, the first seeded user logs in instead of a
-fresh one).
+It writes to the instance: one or two fresh users, a friendship (asked by
+one, asked back by the other: friendship is by consent), a room and one
+message, posted twice with one Idempotency-Key (stored once). With
+`--users-file`, the first seeded user logs in instead of a fresh one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import sys
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -66,9 +68,9 @@ class Verifier:
             entry["ok"] = True
 
     def call(self, method: str, path: str, status: int | tuple[int, ...], *keys: str,
-             token: str | None = None, **kwargs):
+             token: str | None = None, headers: dict | None = None, **kwargs):
         """Send a request; the JSON body if the status and keys are as expected."""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {**(headers or {}), **({"Authorization": f"Bearer {token}"} if token else {})}
         r = self.http.request(method, self.url + path, headers=headers, timeout=TIMEOUT,
                               **kwargs)
         wanted = status if isinstance(status, tuple) else (status,)
@@ -128,12 +130,20 @@ def connection_probe(url: str) -> dict:
         conn.close()
 
 
-def verify(url: str, users_file: str | Path | None = None) -> dict:
-    """Check the chat service at `url` against the Chat API contract."""
-    v = Verifier(url)
-    result = {"url": v.url, "ok": False, "reachable": True, "checks": v.checks,
-              "server_keepalive": None, "connection_header": "", "server_header": ""}
+@dataclass
+class Session:
+    """What the phases learn and pass on: the accounts, their tokens, the room."""
 
+    fresh: str
+    me: dict
+    friend: dict
+    token: str | None = None
+    friend_token: str | None = None
+    room: int | None = None
+
+
+def check_server(v: Verifier, result: dict) -> bool:
+    """/healthz answers, and how the server treats the connection; False if nobody answers."""
     with v.check("healthz") as c:
         try:
             body = v.call("GET", "/healthz", 200, "status")
@@ -143,8 +153,7 @@ def verify(url: str, users_file: str | Path | None = None) -> dict:
                               f"is the server running, on that address and port?") from None
         c["detail"] = f"status {body['status']}"
     if not result["reachable"]:
-        return result
-
+        return False
     with v.check("connection probe") as c:
         try:
             result.update(connection_probe(v.url))
@@ -152,24 +161,28 @@ def verify(url: str, users_file: str | Path | None = None) -> dict:
             raise CheckFailed(f"GET /healthz on a fresh connection: {e}") from None
         c["detail"] = (f"Connection: {result['connection_header'] or '(absent)'}, "
                        f"server kept it open: {bool(result['server_keepalive'])}")
+    return True
 
+
+def accounts(v: Verifier, users_file: str | Path | None) -> Session:
+    """The caller (a seeded user, or a fresh one registered here) and a fresh friend."""
     fresh = uuid.uuid4().hex[:10]
     friend = {"email": f"verify-friend-{fresh}@example.test", "password": PASSWORD,
               "username": f"verify-friend-{fresh}"}
-    me = None
+    s = Session(fresh=fresh, me={}, friend=friend)
     if users_file:
         with v.check("seeded user") as c:
             users = json.loads(Path(users_file).read_text())
             if not users or not {"email", "password"} <= set(users[0]):
                 raise CheckFailed(f"{users_file}: expected a list of {{email, password}}")
-            me = {"email": users[0]["email"], "password": users[0]["password"]}
-            c["detail"] = me["email"]
+            s.me = {"email": users[0]["email"], "password": users[0]["password"]}
+            c["detail"] = s.me["email"]
     else:
-        me = {"email": f"verify-{fresh}@example.test", "password": PASSWORD,
-              "username": f"verify-{fresh}"}
+        s.me = {"email": f"verify-{fresh}@example.test", "password": PASSWORD,
+                "username": f"verify-{fresh}"}
         with v.check("register") as c:
-            body = v.call("POST", "/auth/register", 201, "id", "email", "username", json=me)
-            me["id"] = body["id"]
+            body = v.call("POST", "/auth/register", 201, "id", "email", "username", json=s.me)
+            s.me["id"] = body["id"]
             c["detail"] = f"id {body['id']}"
     with v.check("register friend") as c:
         body = v.call("POST", "/auth/register", 201, "id", "email", "username", json=friend)
@@ -179,88 +192,130 @@ def verify(url: str, users_file: str | Path | None = None) -> dict:
         c["detail"] = f"id {body['id']}"
     with v.check("register taken email -> 409"):
         v.call("POST", "/auth/register", 409, "error", "message", json=friend)
+    return s
 
-    token = friend_token = None
+
+def log_in(v: Verifier, s: Session) -> None:
     with v.check("login") as c:
         body = v.call("POST", "/auth/login", 200, "access_token", "user",
-                      json={"email": me["email"], "password": me["password"]})
-        token, me["id"] = body["access_token"], body["user"].get("id")
-        c["detail"] = f"user {me['id']}"
+                      json={"email": s.me["email"], "password": s.me["password"]})
+        s.token, s.me["id"] = body["access_token"], body["user"].get("id")
+        c["detail"] = f"user {s.me['id']}"
     with v.check("login friend"):
-        friend_token = v.call("POST", "/auth/login", 200, "access_token",
-                              json={"email": friend["email"],
-                                    "password": friend["password"]})["access_token"]
+        s.friend_token = v.call("POST", "/auth/login", 200, "access_token",
+                                json={"email": s.friend["email"],
+                                      "password": s.friend["password"]})["access_token"]
     with v.check("login wrong password -> 401"):
         v.call("POST", "/auth/login", 401, "error",
-               json={"email": friend["email"], "password": PASSWORD + "-wrong"})
-
+               json={"email": s.friend["email"], "password": PASSWORD + "-wrong"})
     with v.check("me"):
-        need(login=token)
-        body = v.call("GET", "/users/me", 200, "id", "email", "username", token=token)
-        if body["id"] != me["id"]:
-            raise CheckFailed(f"/users/me is user {body['id']}, logged in as {me['id']}")
+        need(login=s.token)
+        body = v.call("GET", "/users/me", 200, "id", "email", "username", token=s.token)
+        if body["id"] != s.me["id"]:
+            raise CheckFailed(f"/users/me is user {body['id']}, logged in as {s.me['id']}")
+
+
+def befriend(v: Verifier, s: Session) -> None:
+    """Friendship by consent: a stranger's email stays hidden until both have asked."""
+    with v.check("getUserSecure of a stranger -> 404"):
+        need(login=s.token, friend=s.friend.get("id"))
+        v.call("GET", f"/users/getUserSecure/{s.friend['email']}", 404, "error", token=s.token)
+    with v.check("ask friend -> 202"):
+        need(login=s.token, friend=s.friend.get("id"))
+        body = v.call("POST", "/users/friends", 202, "status", token=s.token,
+                      json={"friendId": s.friend["id"]})
+        if body["status"] != "requested":
+            raise CheckFailed(f"expected status 'requested', got {body}")
+    with v.check("friend requests"):
+        need(login=s.friend_token)
+        body = v.call("GET", "/users/friends/requests", 200, "incoming", "outgoing",
+                      token=s.friend_token)
+        if s.me["id"] not in [r.get("id") for r in body["incoming"]]:
+            raise CheckFailed(f"user {s.me['id']} not in the friend's incoming requests: "
+                              f"{str(body)[:200]}")
+    with v.check("friend asks back -> 201"):
+        need(login=s.friend_token, me=s.me.get("id"))
+        v.call("POST", "/users/friends", 201, "friends", token=s.friend_token,
+               json={"friendId": s.me["id"]})
+    with v.check("friends list"):
+        need(login=s.token, friend=s.friend.get("id"))
+        body = v.call("GET", "/users/friends", 200, "friends", token=s.token)
+        ids = [f.get("id") for f in body["friends"]]
+        if s.friend["id"] not in ids:
+            raise CheckFailed(f"friend {s.friend['id']} not in {ids[:20]}")
     with v.check("getUserSecure"):
-        need(login=token, friend=friend.get("id"))
-        body = v.call("GET", f"/users/getUserSecure/{friend['email']}", 200, "id", "email",
-                      "username", token=token)
-        if body["id"] != friend["id"]:
-            raise CheckFailed(f"got user {body['id']}, expected {friend['id']}")
+        need(login=s.token, friend=s.friend.get("id"))
+        body = v.call("GET", f"/users/getUserSecure/{s.friend['email']}", 200, "id", "email",
+                      "username", token=s.token)
+        if body["id"] != s.friend["id"]:
+            raise CheckFailed(f"got user {body['id']}, expected {s.friend['id']}")
         if "password" in body:
             raise CheckFailed("the answer contains the password (hash)")
-    with v.check("add friend"):
-        need(login=token, friend=friend.get("id"))
-        v.call("POST", "/users/friends", (200, 201), token=token,
-               json={"friendId": friend["id"]})
-    with v.check("friends list"):
-        need(login=token, friend=friend.get("id"))
-        body = v.call("GET", "/users/friends", 200, "friends", token=token)
-        ids = [f.get("id") for f in body["friends"]]
-        if friend["id"] not in ids:
-            raise CheckFailed(f"friend {friend['id']} not in {ids[:20]}")
 
-    room = None
+
+def chat(v: Verifier, s: Session) -> None:
+    """One room per pair; a message posted (twice, with one Idempotency-Key) is stored once."""
     with v.check("find-or-create room") as c:
-        need(login=token, friend=friend.get("id"))
-        first = v.call("POST", "/rooms/find-or-create", 200, "roomId", token=token,
-                       json={"friendId": friend["id"]})["roomId"]
-        again = v.call("POST", "/rooms/find-or-create", 200, "roomId", token=token,
-                       json={"friendId": friend["id"]})["roomId"]
+        need(login=s.token, friend=s.friend.get("id"))
+        first = v.call("POST", "/rooms/find-or-create", 200, "roomId", token=s.token,
+                       json={"friendId": s.friend["id"]})["roomId"]
+        again = v.call("POST", "/rooms/find-or-create", 200, "roomId", token=s.token,
+                       json={"friendId": s.friend["id"]})["roomId"]
         if again != first:
             raise CheckFailed(f"asked twice, got rooms {first} and {again}: one per pair")
-        if friend_token:
+        if s.friend_token:
             theirs = v.call("POST", "/rooms/find-or-create", 200, "roomId",
-                            token=friend_token, json={"friendId": me["id"]})["roomId"]
+                            token=s.friend_token, json={"friendId": s.me["id"]})["roomId"]
             if theirs != first:
                 raise CheckFailed(f"the friend got room {theirs}, not {first}")
-        room = first
-        c["detail"] = f"room {room}"
+        s.room = first
+        c["detail"] = f"room {s.room}"
 
     posted = None
-    content = f"verify {fresh}"
-    with v.check("post message"):
-        need(login=token, room=room)
-        posted = v.call("POST", f"/rooms/{room}/messages", 201, "id", "ts", token=token,
-                        json={"content": content})
+    content = f"verify {s.fresh}"
+    with v.check("post message") as c:
+        need(login=s.token, room=s.room)
+        kwargs = {"token": s.token, "json": {"content": content},
+                  "headers": {"Idempotency-Key": f"verify-{s.fresh}"}}
+        posted = v.call("POST", f"/rooms/{s.room}/messages", 201, "id", "ts", **kwargs)
+        retried = v.call("POST", f"/rooms/{s.room}/messages", 201, "id", "ts", **kwargs)
+        if retried["id"] != posted["id"]:
+            raise CheckFailed(f"the retry stored message {retried['id']} besides "
+                              f"{posted['id']}")
+        c["detail"] = f"id {posted['id']}, the same for a retry with its Idempotency-Key"
     with v.check("read messages"):
-        need(login=token, message=posted)
-        body = v.call("GET", f"/rooms/{room}/messages?limit=10", 200, "messages", token=token)
-        mine = [m for m in body["messages"] if m.get("id") == posted["id"]]
-        if not mine or mine[0].get("content") != content:
-            raise CheckFailed(f"message {posted['id']} ({content!r}) not in the last 10: "
-                              f"{str(body['messages'])[:200]}")
+        need(login=s.token, message=posted)
+        body = v.call("GET", f"/rooms/{s.room}/messages?limit=10", 200, "messages",
+                      token=s.token)
+        mine = [m for m in body["messages"] if m.get("content") == content]
+        if [m.get("id") for m in mine] != [posted["id"]]:
+            raise CheckFailed(f"expected message {posted['id']} ({content!r}) once in the "
+                              f"last 10: {str(body['messages'])[:200]}")
 
+
+def refusals(v: Verifier, s: Session) -> None:
     with v.check("bad token -> 401 JSON"):
         v.call("GET", "/users/me", 401, "error", "message", token="not-a-valid-token")
     with v.check("no token -> 401 JSON"):
         v.call("GET", "/users/me", 401, "error", "message")
-
     with v.check("kv") as c:
-        key = f"verify-{fresh}"
+        key = f"verify-{s.fresh}"
         body = v.call("GET", f"/kv/{key}", 200, "key", "value")
         if body["key"] != key or body["value"] in (None, ""):
             raise CheckFailed(f"expected {{key: {key}, value: <the time>}}, got {body}")
         c["detail"] = f"value {body['value']}"
 
+
+def verify(url: str, users_file: str | Path | None = None) -> dict:
+    """Check the chat service at `url` against the Chat API contract, phase by phase."""
+    v = Verifier(url)
+    result = {"url": v.url, "ok": False, "reachable": True, "checks": v.checks,
+              "server_keepalive": None, "connection_header": "", "server_header": ""}
+    if not check_server(v, result):
+        return result
+    session = accounts(v, users_file)
+    for phase in (log_in, befriend, chat, refusals):
+        phase(v, session)
     result["ok"] = all(c["ok"] for c in v.checks)
     return result
 

@@ -165,9 +165,12 @@ class AuthActions:
         return User(response.get_json()["id"], email, name, login.get_json()["access_token"])
 
     def friends(self, a: User, b: User) -> int:
-        """Make a and b friends and return the id of their room."""
-        assert self._client.post("/users/friends", json={"friendId": b.id},
-                                 headers=a.headers).status_code in (200, 201)
+        """Make a and b friends (a asks, b asks back) and return the id of their room."""
+        asked = self._client.post("/users/friends", json={"friendId": b.id}, headers=a.headers)
+        assert asked.status_code in (200, 202), asked.get_json()
+        answered = self._client.post("/users/friends", json={"friendId": a.id},
+                                     headers=b.headers)
+        assert answered.status_code in (200, 201), answered.get_json()
         response = self._client.post("/rooms/find-or-create", json={"friendId": b.id},
                                      headers=a.headers)
         assert response.status_code == 200, response.get_json()

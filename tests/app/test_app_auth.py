@@ -67,14 +67,21 @@ def test_users_me(client, auth):
     assert response.get_json() == {"id": user.id, "email": user.email, "username": "erin"}
 
 
-def test_get_user_secure(client, auth, assert_error):
+def test_get_user_secure_is_for_yourself_and_friends(client, auth, assert_error):
     me, other = auth.user(), auth.user("frank")
-    response = client.get("/users/getUserSecure/FRANK@example.test", headers=me.headers)
+    url = "/users/getUserSecure/FRANK@example.test"
+    # A stranger's email answers like an unknown one: nothing can be enumerated.
+    stranger = assert_error(client.get(url, headers=me.headers), 404, "not_found")
+    ghost = assert_error(client.get("/users/getUserSecure/ghost@example.test",
+                                    headers=me.headers), 404, "not_found")
+    assert stranger == ghost
+    assert_error(client.get("/users/getUserSecure/not-an-email", headers=me.headers), 404)
+    assert client.get(f"/users/getUserSecure/{me.email}", headers=me.headers).get_json()["id"] \
+        == me.id
+    auth.friends(me, other)
+    response = client.get(url, headers=me.headers)
     assert response.status_code == 200
     assert response.get_json() == {"id": other.id, "email": other.email, "username": "frank"}
-    assert_error(client.get("/users/getUserSecure/ghost@example.test", headers=me.headers),
-                 404, "not_found")
-    assert_error(client.get("/users/getUserSecure/not-an-email", headers=me.headers), 404)
 
 
 def test_no_password_or_hash_in_any_response(client, auth, redis_client):
@@ -129,15 +136,16 @@ def test_protected_routes_reject_bad_tokens(app, client, assert_error, method, p
     # Tokens are checked before any lookup, so no user needs to exist: a
     # correctly signed token for user 1 is the starting point.
     secret = app.config["SECRET_KEY"]
-    token = sign(secret, {"uid": 1, "name": "x"})
+    token = sign(secret, {"uid": 1, "name": "x", "key": "k"})
     header = {
         "missing": None,
         "not-bearer": f"Basic {token}",
         "garbage": "Bearer not.a.token",
         # Flip one character of the payload: the signature no longer matches.
         "tampered": "Bearer " + ("X" if token[0] != "X" else "Y") + token[1:],
-        "other-secret": "Bearer " + sign("another-secret", {"uid": 1, "name": "x"}),
-        "expired": "Bearer " + sign(secret, {"uid": 1, "name": "x"}, signer=TwoDaysAgo),
+        "other-secret": "Bearer " + sign("another-secret", {"uid": 1, "name": "x", "key": "k"}),
+        "expired": "Bearer " + sign(secret, {"uid": 1, "name": "x", "key": "k"},
+                                    signer=TwoDaysAgo),
     }[case]
     headers = {"Authorization": header} if header else {}
     response = getattr(client, method)(path, json=body, headers=headers)
@@ -153,11 +161,24 @@ def test_token_of_deleted_user_is_401_on_me(client, auth, redis_client, assert_e
     assert_error(client.get("/users/me", headers=user.headers), 401)
 
 
-def test_valid_signed_token_is_accepted(app, client, auth):
+def test_valid_signed_token_is_accepted(app, client, auth, redis_client):
     """The control for the test above: the same recipe, unmodified, passes."""
     user = auth.user()
-    token = sign(app.config["SECRET_KEY"], {"uid": user.id, "name": user.username})
+    key = redis_client.hget(f"user:{user.id}", "token_key")
+    token = sign(app.config["SECRET_KEY"], {"uid": user.id, "name": user.username, "key": key})
     assert client.get("/users/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+@pytest.mark.parametrize("claims", [
+    {"uid": "1", "name": "x", "key": "k"}, {"uid": True, "name": "x", "key": "k"},
+    {"uid": 1.5, "name": "x", "key": "k"}, {"uid": 1, "name": 7, "key": "k"},
+    {"uid": 1, "name": "x", "key": 5}, {"uid": 1, "name": "x"}, {"uid": 1},
+    [1, 2], "just a string", None, {"uid": [1], "name": "x", "key": "k"},
+])
+def test_signed_token_with_malformed_claims_is_401(app, client, auth, assert_error, claims):
+    auth.user()  # user 1 exists
+    token = sign(app.config["SECRET_KEY"], claims)
+    assert_error(client.get("/users/me", headers={"Authorization": f"Bearer {token}"}), 401)
 
 
 def test_login_of_user_without_stored_hash_is_401(auth, redis_client, assert_error):

@@ -104,7 +104,7 @@ def test_socketio_uses_the_redis_message_queue_by_default(redis_url, redis_clien
     pubsub.subscribe(manager.channel)
     try:
         with app.app_context():
-            from app.realtime import broadcast_message
+            from app.rooms import broadcast_message
             broadcast_message({"id": 1, "roomId": 7, "userId": 1, "username": "u",
                                "content": "queued", "ts": 0})
         deadline, message = time.monotonic() + 5, None

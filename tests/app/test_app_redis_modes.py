@@ -134,10 +134,11 @@ def test_outage_gives_fast_503_and_recovery_is_automatic(make_app, private_redis
     health = client.get("/healthz").get_json()
     assert health["status"] == "unavailable" and "message" in health
 
-    private_redis.start()  # same port, empty data (no persistence)
+    private_redis.start()  # same port, same data (the append-only file)
     assert client.get("/healthz").status_code == 200
     assert client.get("/kv/a").status_code == 200
-    assert client.post("/auth/register", json={"email": "o@example.test", "username": "o",
+    assert client.get("/users/me", headers=headers).status_code == 200  # the user survived
+    assert client.post("/auth/register", json={"email": "p@example.test", "username": "p",
                                                "password": "long-enough-pw"}).status_code == 201
 
 

@@ -8,21 +8,61 @@ import threading
 import pytest
 
 
-def test_add_friend_is_mutual_and_idempotent(client, auth, redis_client):
+def test_friendship_needs_both_sides(client, auth, redis_client):
     a, b = auth.user("amy"), auth.user("ben")
-    first = client.post("/users/friends", json={"friendId": b.id}, headers=a.headers)
-    assert first.status_code == 201
-    assert first.get_json() == {"friend": {"id": b.id, "email": b.email, "username": "ben"}}
-    # Again, and from the other side, with the id as a string: nothing new.
-    assert client.post("/users/friends", json={"friendId": b.id},
-                       headers=a.headers).status_code == 200
-    assert client.post("/users/friends", json={"friendId": str(a.id)},
-                       headers=b.headers).status_code == 200
+    # Asking is only asking: no friend yet, no email given away, asking again changes nothing.
+    for _ in range(2):
+        asked = client.post("/users/friends", json={"friendId": b.id}, headers=a.headers)
+        assert asked.status_code == 202 and asked.get_json() == {"status": "requested"}
+    assert client.get("/users/friends", headers=a.headers).get_json() == {"friends": []}
+    assert client.get("/users/friends/requests", headers=a.headers).get_json() == {
+        "incoming": [], "outgoing": [{"id": b.id, "username": "ben"}]}
+    assert client.get("/users/friends/requests", headers=b.headers).get_json() == {
+        "incoming": [{"id": a.id, "username": "amy"}], "outgoing": []}
+    # The other side asks back (the id as a string): now both are friends.
+    answered = client.post("/users/friends", json={"friendId": str(a.id)}, headers=b.headers)
+    assert answered.status_code == 201
+    assert answered.get_json() == {"friends": [{"id": a.id, "email": a.email,
+                                                "username": "amy"}]}
+    # Again, from either side: nothing new.
     for me, other in ((a, b), (b, a)):
+        again = client.post("/users/friends", json={"friendId": other.id}, headers=me.headers)
+        assert again.status_code == 200
         friends = client.get("/users/friends", headers=me.headers).get_json()
-        assert friends == {"friends": [{"id": other.id, "email": other.email,
-                                        "username": other.username}]}
+        assert friends == again.get_json() == {"friends": [
+            {"id": other.id, "email": other.email, "username": other.username}]}
+        assert client.get("/users/friends/requests", headers=me.headers).get_json() == {
+            "incoming": [], "outgoing": []}
     assert redis_client.smembers(f"user:{a.id}:friends") == {str(b.id)}
+
+
+def test_requests_list_no_emails(client, auth):
+    a, b, c = auth.user("amy"), auth.user("ben"), auth.user("cat")
+    client.post("/users/friends", json={"friendId": a.id}, headers=b.headers)
+    client.post("/users/friends", json={"friendId": c.id}, headers=a.headers)
+    body = client.get("/users/friends/requests", headers=a.headers)
+    assert body.get_json() == {"incoming": [{"id": b.id, "username": "ben"}],
+                               "outgoing": [{"id": c.id, "username": "cat"}]}
+    assert "@" not in body.get_data(as_text=True)
+
+
+def test_two_users_asking_at_once_become_friends_once(app, auth, redis_client):
+    a, b = auth.user(), auth.user()
+    statuses, barrier = [], threading.Barrier(2)
+
+    def ask(me, other):
+        barrier.wait(timeout=10)
+        statuses.append(app.test_client().post("/users/friends", json={"friendId": other.id},
+                                               headers=me.headers).status_code)
+
+    threads = [threading.Thread(target=ask, args=pair) for pair in ((a, b), (b, a))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert sorted(statuses) == [201, 202]
+    assert redis_client.smembers(f"user:{a.id}:friends") == {str(b.id)}
+    assert redis_client.smembers(f"user:{b.id}:friends") == {str(a.id)}
 
 
 def test_friends_empty_list(client, auth):
@@ -69,9 +109,11 @@ def test_find_or_create_is_race_safe(app, auth, redis_client):
 def test_find_or_create_errors(client, auth, assert_error):
     a, stranger = auth.user(), auth.user()
     url = "/rooms/find-or-create"
-    assert_error(client.post(url, json={"friendId": stranger.id}, headers=a.headers),
-                 403, "forbidden")
-    assert_error(client.post(url, json={"friendId": 424242}, headers=a.headers), 404)
+    # A stranger and nobody answer alike; a pending request does not open a room.
+    client.post("/users/friends", json={"friendId": stranger.id}, headers=a.headers)
+    assert assert_error(client.post(url, json={"friendId": stranger.id}, headers=a.headers),
+                        404) == assert_error(client.post(url, json={"friendId": 424242},
+                                                         headers=a.headers), 404)
     assert_error(client.post(url, json={"friendId": a.id}, headers=a.headers), 400)
 
 
@@ -101,8 +143,8 @@ def test_post_and_read_messages(client, room, redis_client):
     assert body["roomId"] == room_id
     messages = body["messages"]
     assert [m["content"] for m in messages] == ["m0 ✓", "m1 ✓", "m2 ✓"]  # newest last
-    assert messages[1] == {"id": ids[1], "roomId": room_id, "userId": b.id, "username": "bob",
-                           "content": "m1 ✓", "ts": messages[1]["ts"]}
+    assert messages[1] == {"id": ids[1], "roomId": room_id, "seq": 2, "userId": b.id,
+                           "username": "bob", "content": "m1 ✓", "ts": messages[1]["ts"]}
 
 
 def test_message_limit(client, room, redis_client):
@@ -133,13 +175,16 @@ def test_history_is_trimmed(make_app, redis_client, auth):
     assert redis_client.llen(f"room:{room_id}:messages") == 5
 
 
-def test_non_member_cannot_read_or_write(client, room, auth, assert_error):
+def test_non_member_cannot_read_or_write(client, room, auth, assert_error, redis_client):
     _, _, room_id = room
     outsider = auth.user("eve")
     url = f"/rooms/{room_id}/messages"
-    assert_error(client.get(url, headers=outsider.headers), 403, "forbidden")
+    # Like a room that does not exist: room ids cannot be probed.
+    assert_error(client.get(url, headers=outsider.headers), 404, "not_found")
+    assert_error(client.get(url + "?after=0", headers=outsider.headers), 404, "not_found")
     assert_error(client.post(url, json={"content": "hi"}, headers=outsider.headers),
-                 403, "forbidden")
+                 404, "not_found")
+    assert redis_client.llen(f"room:{room_id}:messages") == 0
 
 
 @pytest.mark.parametrize("room_path", ["9999", "abc", "0", "-1", "1.0"])

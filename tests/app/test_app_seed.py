@@ -7,13 +7,11 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from app.seed import friend_pairs
-
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.stages import ROOT
 
 
 @pytest.mark.parametrize("count, friends", [(10, 5), (10, 4), (9, 3), (5, 10), (1, 5), (6, 0)])

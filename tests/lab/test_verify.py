@@ -54,7 +54,8 @@ def test_verify_passes_and_sees_how_the_server_treats_the_connection(server):
     if kind == "sync":
         assert result["connection_header"].lower() == "close"
     assert {"healthz", "login", "post message", "read messages", "kv",
-            "bad token -> 401 JSON"} <= {c["name"] for c in result["checks"]}
+            "bad token -> 401 JSON", "getUserSecure of a stranger -> 404", "ask friend -> 202",
+            "friend asks back -> 201"} <= {c["name"] for c in result["checks"]}
 
 
 def test_cli_with_seeded_users_writes_json_and_exits_0(server, tmp_path):

@@ -1,0 +1,150 @@
+"""A fuzzer over every endpoint and Socket.IO event: whatever a client sends, no 5xx.
+
+Hypothesis generates bodies (any JSON, the route's own fields with any values,
+raw bytes), path parts, tokens and Idempotency-Keys; every answer must be below
+500 and, when it is an error, JSON ``{error, message}``. Bounded: a fixed
+number of examples per test, no example database, so it runs in seconds and
+the same way every time (``derandomize``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from urllib.parse import quote
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FUZZ = settings(max_examples=500, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+# What the module saw, for the closing line (run with -s to read it).
+SEEN: Counter = Counter()
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=8)
+FIELDS = ["email", "password", "username", "friendId", "content", "roomId", "after",
+          "clientId"]
+ids = st.integers(min_value=-2, max_value=12) | st.integers().map(str)
+# Bodies close to valid ones, so the fuzzer also gets past the first checks.
+plausible = st.fixed_dictionaries({}, optional={
+    "email": st.emails() | st.text(max_size=30), "password": st.text(max_size=20),
+    "username": st.text(max_size=20), "friendId": ids, "content": st.text(max_size=60),
+})
+bodies = st.one_of(
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4).map(
+        lambda v: json.dumps(v).encode()),
+    plausible.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=200),
+)
+path_parts = st.text(max_size=30).map(lambda t: quote(t, safe=""))
+header_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255),
+                      max_size=140)
+
+ROUTES = [
+    ("POST", "/auth/register"), ("POST", "/auth/login"), ("POST", "/auth/logout"),
+    ("GET", "/users/me"), ("GET", "/users/getUserSecure/{part}"), ("GET", "/users/friends"),
+    ("POST", "/users/friends"), ("GET", "/users/friends/requests"),
+    ("POST", "/rooms/find-or-create"), ("GET", "/rooms/{part}/messages"),
+    ("GET", "/rooms/{room}/messages?limit={part}&after={part}"),
+    ("POST", "/rooms/{part}/messages"), ("POST", "/rooms/{room}/messages"),
+    ("GET", "/healthz"), ("GET", "/kv/{part}"),
+]
+
+
+@pytest.fixture
+def world(app, auth):
+    """A user with a friend and their room, and a client for them."""
+    a, b = auth.user("fuzzer"), auth.user("friend")
+    return app, a, auth.friends(a, b)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report():
+    yield
+    print(f"\nfuzz: {sum(SEEN.values())} requests and events, by status: "
+          f"{dict(sorted(SEEN.items(), key=str))}")
+
+
+def check_error(status: int, body) -> None:
+    SEEN[status] += 1
+    assert status < 500, body
+    if status >= 400:
+        assert isinstance(body, dict) and set(body) >= {"error", "message"}, body
+
+
+@given(route=st.sampled_from(ROUTES), part=path_parts, body=bodies,
+       token=st.sampled_from(["mine", "none", "garbage"]),
+       key=st.none() | header_text)
+@FUZZ
+def test_no_endpoint_answers_5xx(world, route, part, body, token, key):
+    app, user, room = world
+    method, template = route
+    path = template.format(part=part, room=room)
+    headers = {"Content-Type": "application/json"}
+    if token == "mine":
+        headers["Authorization"] = f"Bearer {user.token}"
+    elif token == "garbage":
+        headers["Authorization"] = "Bearer " + part
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    client = app.test_client()
+    if route == ("POST", "/auth/logout"):  # keep the token alive for later examples
+        headers.pop("Authorization", None)
+    response = client.open(path, method=method, data=body if method == "POST" else None,
+                           headers=headers)
+    check_error(response.status_code,
+                response.get_json(silent=True) if response.is_json else response.data)
+
+
+@given(event=st.sampled_from(["joinRoom", "sendMessage"]),
+       payload=st.one_of(json_values,
+                         st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4),
+                         st.fixed_dictionaries({}, optional={
+                             "roomId": ids, "after": ids, "content": st.text(max_size=60),
+                             "clientId": st.text(max_size=20)})),
+       use_room=st.booleans())
+@FUZZ
+def test_no_socket_event_answers_5xx(world, event, payload, use_room):
+    app, user, room = world
+    if use_room and isinstance(payload, dict):
+        payload = {**payload, "roomId": room}
+    socket = app.extensions["socketio"].test_client(app, auth={"token": user.token})
+    try:
+        ack = socket.emit(event, payload, callback=True)
+    finally:
+        socket.disconnect()
+    if isinstance(ack, dict) and "error" in ack:
+        check_error({"bad_request": 400, "unauthorized": 401, "not_found": 404,
+                     "conflict": 409, "payload_too_large": 413}.get(ack["error"], 500), ack)
+    else:
+        check_error(200, ack)
+        assert isinstance(ack, dict) and ("id" in ack or ack.get("ok") is True), ack
+
+
+# Socket.IO requires the connect payload to be an object (or absent); a bare number
+# does not survive python-socketio's own packet encoding, so it is not sent.
+connect_auth = st.one_of(
+    st.none(), st.dictionaries(st.sampled_from(["token", "auth", ""]), json_values, max_size=3),
+    st.fixed_dictionaries({"token": st.one_of(header_text, json_values)}))
+
+
+@given(auth_value=connect_auth)
+@FUZZ
+def test_no_socket_connect_crashes(world, auth_value):
+    """Any connect `auth` but the user's token is refused, without an exception."""
+    app, _, _ = world
+    socket = app.extensions["socketio"].test_client(app, auth=auth_value)
+    try:
+        SEEN["connect refused" if not socket.is_connected() else "connect ok"] += 1
+        assert not socket.is_connected()
+    finally:
+        if socket.is_connected():
+            socket.disconnect()
