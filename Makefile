@@ -11,8 +11,9 @@ USERS ?= 50
 LAB_ARGS ?=
 
 # Debian/Ubuntu packages the lab runs for real: Redis, Nginx, `ip` (network
-# namespaces), `netstat`, `ps`/`sysctl`, and `curl` (the exercises use it).
-SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps curl:curl
+# namespaces), `netstat`, `ps`/`sysctl`, `taskset` (CPU sets), `curl` (the
+# exercises use it) and `wrk` (a second load tool, to cross-check Locust).
+SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk
 
 .PHONY: setup system-packages test test-fast lint lab book clean
 

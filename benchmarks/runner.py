@@ -406,6 +406,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
             users_file = seed_stage_users(stack, max(2 * opts.users, 20))
             verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
             say(f"  verified: Connection: {verified.get('connection_header')}")
+            placed = box.where()
             load = stage_load(stage, box, stack, stage_dir)
             warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
             fitted = fit_port_range(box, warm_rps, opts)
@@ -436,7 +437,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
         say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
-    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls}
+    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
+            "hosts": placed}
 
 
 def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
@@ -450,7 +452,8 @@ def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
             sandbox.wait_for_time_wait_drain(limit=200, say=say)
         try:
             done.append(run_stage(stage, run_dir, opts))
-            info["stages"][stage.key] = {"dir": stage.dirname, "sysctls": done[-1]["sysctls"]}
+            info["stages"][stage.key] = {"dir": stage.dirname, "hosts": done[-1]["hosts"],
+                                         "sysctls": done[-1]["sysctls"]}
         except cli.RUN_ERRORS as e:
             say(f"  stage {stage.key} FAILED TO RUN: {e}")
             failed.append(stage.key)

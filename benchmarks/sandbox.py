@@ -238,6 +238,16 @@ class Sandbox:
     def url(self, role: str) -> str:
         return f"http://{self.address(role)}:{self.port(role)}"
 
+    def where(self) -> dict[str, dict]:
+        """role -> where it ran (address, port, namespace, CPU set), for run.json."""
+        from benchmarks import hosts
+
+        return {role: {"address": self.address(role),
+                       "port": self.ports.get(role) if role != "client" else None,
+                       "namespace": self.namespace(role),
+                       "cpus": hosts.format_cpus(self.placement.cpus([role])[role])}
+                for role in self.roles}
+
     @property
     def entry_url(self) -> str:
         return self.url(self.entry_role)
