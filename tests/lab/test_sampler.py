@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import pytest
 
 from benchmarks import procs, sampler
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PORT = 7000          # inside the namespace, which is empty: any port is free
 CLIENT_FIRST, SERVER_FIRST, HELD = 50, 40, 5   # unequal: a swap would show
 BULK = 2000          # client-first on PORT + 2: a dump of many chunks
