@@ -88,9 +88,12 @@ OVERHEAD: per sample: a read of /proc/net/sockstat; one inet_diag dump over
    one read of /proc/PID/stat per process (ppid, CPU times, RSS). No
    psutil.net_connections() (~230 ms a call at 25k sockets), no netstat
    (~110 ms), no `ss` fork per sample (50-70 ms of CPU at 25k). Measured with
-   benchmarks/sampler_cost.py on 2 noisy cores with 25,000 TIME_WAIT: ~10 ms
-   of CPU a sample, mostly the kernel's, so 1.2-1.5% of one core at 1 Hz
-   (--backend ss: ~8%). Its own CPU, children included, is in cpu_sampler.
+   benchmarks/sampler_cost.py on 2 noisy cores with 25,000 TIME_WAIT: ~6-10 ms
+   of CPU a sample, mostly the kernel's, so ~1% of one core at 1 Hz in one
+   namespace (--backend ss: ~8%). With hosts, a dump and a sockstat read per
+   host (two setns each): four hosts, two of them with 25,000 TIME_WAIT,
+   cost 2.6% of one core, 1.3% per loaded host. Its own CPU, children
+   included, is in cpu_sampler.
 
 SEE ALSO: benchmarks/sampler_cost.py; ss(8); proc(5) /proc/net/sockstat,
    /proc/PID/stat; sock_diag(7).
