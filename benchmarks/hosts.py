@@ -249,7 +249,7 @@ def stop_processes(namespaces: Iterable[str], grace: float = 5.0) -> None:
                 pass
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.1)
             if not pids():
                 return
 
