@@ -305,8 +305,15 @@ class Network:
     """The hosts of one lab run (or stage), a bridge between them. A context manager.
 
     `tag`: 1-12 lower-case letters or digits, unique within the lab run (the
-    stage key, say). `sysctls`: role -> {key: value}, written inside that
-    host (see host_sysctls). `cpus`: role -> CPU set (see placement). Bad
+    stage key, say). Names: namespaces `ftl-<pid>-<tag>-<role>` and
+    `ftl-<pid>-<tag>-br` (files under /run/netns: no length limit that
+    matters); interfaces `eth0` in each host and, in the bridge namespace,
+    `br0` and one port per host named after its role (hence roles of at
+    most 10 characters: interface names stop at 15).
+
+    `sysctls`: role -> {key: value}, written inside that host (see
+    host_sysctls). `cpus`: role -> CPU set (see placement). `hosts`: the
+    topology (anything with .role and .address, e.g. stages.HOSTS). Bad
     input raises ValueError before anything is made.
     """
 
