@@ -359,7 +359,7 @@ class Network:
     # --- what the runner uses
 
     def names(self) -> dict[str, str]:
-        """role -> its namespace name."""
+        """role -> its namespace name (also the sampler's `hosts` argument)."""
         return dict(self._names)
 
     def namespace(self, role: str) -> str:
@@ -378,10 +378,6 @@ class Network:
         if role in self.cpus:
             argv += ["taskset", "-c", format_cpus(self.cpus[role])]
         return argv
-
-    def sampler_hosts(self) -> dict[str, tuple[str, str]]:
-        """role -> (namespace, address): the sampler's `hosts` argument."""
-        return {r: (self._names[r], self.hosts[r].address) for r in self.roles}
 
     def _check(self, role: str) -> None:
         if role not in self._names:
