@@ -249,7 +249,7 @@ def stop_processes(namespaces: Iterable[str], grace: float = 5.0) -> None:
                 pass
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.1)
             if not pids():
                 return
 
@@ -305,8 +305,15 @@ class Network:
     """The hosts of one lab run (or stage), a bridge between them. A context manager.
 
     `tag`: 1-12 lower-case letters or digits, unique within the lab run (the
-    stage key, say). `sysctls`: role -> {key: value}, written inside that
-    host (see host_sysctls). `cpus`: role -> CPU set (see placement). Bad
+    stage key, say). Names: namespaces `ftl-<pid>-<tag>-<role>` and
+    `ftl-<pid>-<tag>-br` (files under /run/netns: no length limit that
+    matters); interfaces `eth0` in each host and, in the bridge namespace,
+    `br0` and one port per host named after its role (hence roles of at
+    most 10 characters: interface names stop at 15).
+
+    `sysctls`: role -> {key: value}, written inside that host (see
+    host_sysctls). `cpus`: role -> CPU set (see placement). `hosts`: the
+    topology (anything with .role and .address, e.g. stages.HOSTS). Bad
     input raises ValueError before anything is made.
     """
 
@@ -352,7 +359,7 @@ class Network:
     # --- what the runner uses
 
     def names(self) -> dict[str, str]:
-        """role -> its namespace name."""
+        """role -> its namespace name (also the sampler's `hosts` argument)."""
         return dict(self._names)
 
     def namespace(self, role: str) -> str:
@@ -371,10 +378,6 @@ class Network:
         if role in self.cpus:
             argv += ["taskset", "-c", format_cpus(self.cpus[role])]
         return argv
-
-    def sampler_hosts(self) -> dict[str, tuple[str, str]]:
-        """role -> (namespace, address): the sampler's `hosts` argument."""
-        return {r: (self._names[r], self.hosts[r].address) for r in self.roles}
 
     def _check(self, role: str) -> None:
         if role not in self._names:

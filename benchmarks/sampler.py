@@ -2,24 +2,48 @@
 
 Runs beside one lab stage and writes a CSV time series, one row per interval
 (1 s by default), until SIGTERM/SIGINT (it then writes a last row and exits 0)
-or for --duration seconds. The lab runner starts it INSIDE the stage's network
-namespace (`ip netns exec NS ...`), so the socket counts are that namespace's
-alone; /proc is shared, so it sees every process of the stage.
+or for --duration seconds. /proc is shared by every network namespace, so it
+sees every process of the stage wherever it runs.
 
-A connection class is a port that marks one end of a connection: `redis`
-(app<->Redis: the Redis port), `upstream` (Nginx<->app: the app port, only with
-a proxy in front), `front` (client<->entry point: the entry port). A component
-is a PID counted together with all its descendants, found afresh at every
-sample (gunicorn, Nginx and Locust fork workers, and workers come and go).
+Two ways to count sockets:
+
+  one namespace   started INSIDE the stage's network namespace (`ip netns exec
+                  NS ...`): that namespace's sockets. A connection class is a
+                  port that marks one end of a connection: `redis` (the Redis
+                  port), `upstream` (the app port, behind a proxy), `front`
+                  (the entry port). Both ends of a loopback connection are in
+                  the one table.
+  hosts           --host NAME=NETNS for each host (a network namespace of its
+                  own, see benchmarks/hosts.py); started in the root namespace,
+                  as root. Each host's own socket table is counted (a netlink
+                  socket made inside each namespace, its /proc/net/sockstat
+                  read there), so `tw_total_app` is what `ss -s` shows on the
+                  app host. A class is a host pair and a port: `front=client,
+                  app:8000` counts connections from the client host to port
+                  8000 of the app host, matched by the addresses at both ends
+                  (read from the hosts' interfaces at the start): a warm-up
+                  from elsewhere, or a probe on the app host's own loopback,
+                  is in no class. It stops by itself once a host's namespace
+                  is deleted.
+
+A component is a PID counted together with all its descendants, found afresh
+at every sample (gunicorn, Nginx and Locust fork workers, and workers come
+and go).
 
 USAGE: python -m benchmarks.sampler --out FILE.csv [--interval S] [--duration S]
-                [--class NAME=PORT ...] [--proc NAME=PID ...] [--backend netlink|ss]
+                [--host NAME=NETNS ...] [--class NAME=PORT | NAME=FROM,TO:PORT ...]
+                [--proc NAME=PID ...] [--backend netlink|ss]
        python -m benchmarks.sampler --snapshot DIR
 
    eg,
        ip netns exec NS .venv/bin/python -m benchmarks.sampler --out s.csv \\
            --class redis=6379 --class front=8000 --proc redis=4100 --proc app=4120
-                                    # 1 Hz until SIGTERM
+                                    # one namespace, 1 Hz until SIGTERM
+       .venv/bin/python -m benchmarks.sampler --out s.csv --host client=ftl-9-4-client \\
+           --host proxy=ftl-9-4-proxy --host app=ftl-9-4-app --host redis=ftl-9-4-redis \\
+           --class front=client,proxy:8080 --class upstream=proxy,app:8000 \\
+           --class redis=app,redis:6379 --proc app=4120
+                                    # hosts: each its own socket table
        ... --duration 30            # 30 rows, then exit 0
        ip netns exec NS .venv/bin/python -m benchmarks.sampler --snapshot DIR
                                     # raw ss -tanp, ss -s, netstat -tan, sockstat
@@ -28,18 +52,23 @@ USAGE: python -m benchmarks.sampler --out FILE.csv [--interval S] [--duration S]
    master and workers started separately). The sampler always adds itself as
    component `sampler`.
 
-COLUMNS (one row per sample; counts are sockets in this network namespace):
+COLUMNS (one row per sample):
    ts              unix time of the sample
    elapsed_s       seconds since the sampler started
    tw_total        TIME_WAIT sockets, from /proc/net/sockstat `tw` (IPv4+IPv6;
-                   the number `ss -s` shows and tcp_max_tw_buckets limits)
-   estab_total     ESTABLISHED sockets, both ends of a loopback connection
-                   counted (IPv4+IPv6)
-   tw_NAME         TIME_WAIT with local or remote port = PORT (= client + server)
-   tw_NAME_client  ... remote port = PORT: the client end closed first
-   tw_NAME_server  ... local port = PORT: the server end closed first
-   estab_NAME      ESTABLISHED with remote port = PORT: each connection once,
-                   from its client end
+                   the number `ss -s` shows and tcp_max_tw_buckets limits);
+                   with hosts, the sum over the hosts
+   estab_total     ESTABLISHED sockets, both ends of a connection counted
+                   (IPv4+IPv6); with hosts, the sum over the hosts
+   tw_total_HOST   (hosts only) TIME_WAIT in HOST's own table (its sockstat)
+   estab_total_HOST  (hosts only) ESTABLISHED in HOST's own table
+   tw_NAME         TIME_WAIT of the class (= client + server)
+   tw_NAME_client  ... held by the connecting side (it closed first): one
+                   namespace, remote port = PORT; hosts, in FROM's table
+   tw_NAME_server  ... held by the listening side (it closed first): one
+                   namespace, local port = PORT; hosts, in TO's table
+   estab_NAME      ESTABLISHED connections of the class, each once, from the
+                   connecting end
    cpu_NAME        CPU of the process tree since the previous row, percent of
                    ONE core (100 = one full core; 200 = two)
    rss_mb_NAME     resident memory of the tree, MiB (shared pages are counted
@@ -48,7 +77,8 @@ COLUMNS (one row per sample; counts are sockets in this network namespace):
    header is written once and every row is flushed: a kill loses at most one.
 
 REQUIREMENTS: Linux, /proc, NETLINK_SOCK_DIAG with tcp_diag (every distribution
-   kernel has them; `ss` uses the same). No root, except to enter a namespace.
+   kernel has them; `ss` uses the same). No root, except to enter a namespace
+   (--host: setns into each, so root).
    `ss` for --backend ss and --snapshot; `netstat` (net-tools) for --snapshot.
 
 OVERHEAD: per sample: a read of /proc/net/sockstat; one inet_diag dump over
@@ -58,9 +88,12 @@ OVERHEAD: per sample: a read of /proc/net/sockstat; one inet_diag dump over
    one read of /proc/PID/stat per process (ppid, CPU times, RSS). No
    psutil.net_connections() (~230 ms a call at 25k sockets), no netstat
    (~110 ms), no `ss` fork per sample (50-70 ms of CPU at 25k). Measured with
-   benchmarks/sampler_cost.py on 2 noisy cores with 25,000 TIME_WAIT: ~10 ms
-   of CPU a sample, mostly the kernel's, so 1.2-1.5% of one core at 1 Hz
-   (--backend ss: ~8%). Its own CPU, children included, is in cpu_sampler.
+   benchmarks/sampler_cost.py on 2 noisy cores with 25,000 TIME_WAIT: ~6-10 ms
+   of CPU a sample, mostly the kernel's, so ~1% of one core at 1 Hz in one
+   namespace (--backend ss: ~8%). With hosts, a dump and a sockstat read per
+   host (two setns each): four hosts, two of them with 25,000 TIME_WAIT,
+   cost 2.6% of one core, 1.3% per loaded host. Its own CPU, children
+   included, is in cpu_sampler.
 
 SEE ALSO: benchmarks/sampler_cost.py; ss(8); proc(5) /proc/net/sockstat,
    /proc/PID/stat; sock_diag(7).
@@ -70,6 +103,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import ctypes
+import fcntl
 import os
 import re
 import select
@@ -82,6 +117,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 # --- sockets: netlink inet_diag -------------------------------------------------
@@ -96,6 +132,67 @@ IPPROTO_TCP = 6
 _NLMSG_HDR = 16
 _DIAG_MSG = 72              # struct inet_diag_msg, attributes may follow
 _SPORT, _DPORT = _NLMSG_HDR + 4, _NLMSG_HDR + 6   # network byte order
+_DST = _NLMSG_HDR + 24      # the remote address (IPv4: its first 4 bytes)
+
+
+# --- network namespaces: a host's socket table from outside it ----------------------
+
+NETNS_DIR = "/run/netns"    # where `ip netns add` puts a namespace's name
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if hasattr(os, "setns"):   # Python 3.12+
+        os.setns(fd, CLONE_NEWNET)
+    elif _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@contextmanager
+def in_netns(name: str | None):
+    """Run the block in network namespace `name` (this thread only); None: where it is.
+
+    A socket stays in the namespace it was made in, and a /proc/thread-self/net
+    file shows the namespace it was opened in: made inside the block, they
+    count that namespace's sockets after it. Needs root (CAP_SYS_ADMIN).
+    """
+    if name is None:
+        yield
+        return
+    target = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target)
+            try:
+                yield
+            finally:
+                _setns(home)
+        finally:
+            os.close(home)
+    finally:
+        os.close(target)
+
+
+SIOCGIFADDR = 0x8915
+
+
+def host_addresses(netns: str | None) -> list[str]:
+    """The IPv4 addresses of a namespace's interfaces, loopback left out."""
+    found = []
+    with in_netns(netns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(s.fileno(), SIOCGIFADDR,
+                                     struct.pack("256s", name.encode()[:15]))
+            except OSError:   # no IPv4 address on it
+                continue
+            address = socket.inet_ntoa(answer[20:24])
+            if not address.startswith("127."):
+                found.append(address)
+    return found
 
 
 class DiagCounter:
@@ -112,12 +209,13 @@ class DiagCounter:
 
     MAX_RUNS = 24   # runs per chunk worth measuring; more, and walking it is cheaper
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns    # count this namespace's sockets (None: the one it runs in)
         self._sock: socket.socket | None = None
         self._buf = bytearray(1 << 16)
         self._seq = 0
         self._legacy = True   # TCPDIAG_GETSOCK until the kernel refuses it
-        self._keys: list[int] = []
+        self._keys: list[tuple[int, bytes | None]] = []
         self._patterns: list[bytes] = []
         self._row = b"\0\0\0"
 
@@ -126,11 +224,18 @@ class DiagCounter:
             self._sock.close()
             self._sock = None
 
-    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT)
-              ) -> dict[int, tuple[int, list[int], list[int]]]:
-        """state -> (sockets, per port: local port == it, remote port == it)."""
+    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT),
+              peers: list[str] | None = None) -> dict[int, tuple[int, list[int], list[int]]]:
+        """state -> (sockets, per port: local port == it, remote port == it).
+
+        `peers`, one IPv4 address per port: count a socket for port i only if
+        its remote address is peers[i] too (a host pair: who is at the other
+        end). IPv6 sockets then never match.
+        """
         states = tuple(states)
-        self._prepare(ports)
+        if peers is not None and len(peers) != len(ports):
+            raise ValueError("one peer address per port")
+        self._prepare(ports, peers)
         for attempt in range(3):
             try:
                 acc = {st: [0, [0] * len(ports), [0] * len(ports)] for st in states}
@@ -145,13 +250,18 @@ class DiagCounter:
                 raise
         raise AssertionError("unreachable")
 
-    def _prepare(self, ports: list[int]) -> None:
-        """What the parsers look for: each port as read natively, and as 3-byte patterns."""
+    def _prepare(self, ports: list[int], peers: list[str] | None = None) -> None:
+        """What the parsers look for: each port (and peer) as read natively, and as
+        patterns of 3 bytes (port, filler) or 8 (port, address, family, filler)."""
         wire = [struct.pack(">H", p) for p in ports]
-        self._keys = [struct.unpack("=H", w)[0] for w in wire]
+        addrs = [socket.inet_aton(a) for a in peers] if peers is not None else None
+        self._keys = [(struct.unpack("=H", w)[0], addrs[i] if addrs else None)
+                      for i, w in enumerate(wire)]
+        if addrs:   # port, address, family (IPv4: an IPv6 address never matches)
+            wire = [w + a + bytes([socket.AF_INET]) for w, a in zip(wire, addrs, strict=True)]
         filler = next(b for b in range(256) if all(b not in w for w in wire))   # see _tally
         self._patterns = [w + bytes([filler]) for w in wire]
-        self._row = bytes([0, 0, filler])
+        self._row = bytes(len(wire[0]) if wire else 2) + bytes([filler])
 
     def _count(self, states: tuple[int, ...], acc: dict) -> None:
         if self._legacy:
@@ -177,8 +287,10 @@ class DiagCounter:
 
     def _dump(self, kind: int, family: int, states: tuple[int, ...], acc: dict) -> None:
         if self._sock is None:
-            self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                                       NETLINK_SOCK_DIAG)
+            with in_netns(self.netns):
+                self._sock = socket.socket(socket.AF_NETLINK,
+                                           socket.SOCK_RAW | socket.SOCK_CLOEXEC,
+                                           NETLINK_SOCK_DIAG)
         self._sock.sendall(self._request(kind, family, states))
         while True:
             size = len(self._buf)
@@ -262,12 +374,18 @@ class DiagCounter:
                 continue
             a[0] += count
             end = start + count * ln
+            width = len(self._row)
             for field, counts in ((_SPORT, a[1]), (_DPORT, a[2])):
                 # each record becomes 3 bytes: the port (network order) and a
-                # byte that no wanted port has, so a pattern only matches at a record
+                # byte that no wanted port has, so a pattern only matches at a
+                # record; with peers, 8: port, remote address, family, filler
                 rows = bytearray(self._row) * count
-                rows[0::3] = data[start + field:end:ln]
-                rows[1::3] = data[start + field + 1:end:ln]
+                rows[0::width] = data[start + field:end:ln]
+                rows[1::width] = data[start + field + 1:end:ln]
+                if width > 3:
+                    for k in range(4):
+                        rows[2 + k::width] = data[start + _DST + k:end:ln]
+                    rows[6::width] = data[start + _NLMSG_HDR:end:ln]
                 for i, pattern in enumerate(self._patterns):
                     counts[i] += rows.count(pattern)
         return True
@@ -290,7 +408,11 @@ class DiagCounter:
                 if a is not None:
                     a[0] += 1
                     sport, dport = struct.unpack_from("=HH", buf, off + _SPORT)
-                    for i, key in enumerate(self._keys):
+                    peer = bytes(buf[off + _DST:off + _DST + 4])
+                    ipv4 = buf[off + _NLMSG_HDR] == socket.AF_INET
+                    for i, (key, want) in enumerate(self._keys):
+                        if want is not None and (peer != want or not ipv4):
+                            continue
                         if sport == key:
                             a[1][i] += 1
                         if dport == key:
@@ -321,23 +443,26 @@ class SsCounter:
     NAMES = {TCP_ESTABLISHED: "established", TCP_TIME_WAIT: "time-wait"}
     LABELS = {TCP_ESTABLISHED: b"ESTAB", TCP_TIME_WAIT: b"TIME-WAIT"}
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
         self._ss = shutil.which("ss") or shutil.which("ss", path="/usr/sbin:/sbin:/usr/bin")
         if not self._ss:
             raise OSError("ss not found (Debian/Ubuntu: apt-get install iproute2)")
+        self.netns = netns
 
     def close(self) -> None:
         pass
 
-    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT)
-              ) -> dict[int, tuple[int, list[int], list[int]]]:
-        """state -> (sockets, per port: local port == it, remote port == it)."""
+    def count(self, ports: list[int], states: Iterable[int] = (TCP_ESTABLISHED, TCP_TIME_WAIT),
+              peers: list[str] | None = None) -> dict[int, tuple[int, list[int], list[int]]]:
+        """state -> (sockets, per port: local port == it, remote port == it); see DiagCounter."""
         states = tuple(states)
-        cmd = [self._ss, "-Htan"]
+        cmd = ["ip", "netns", "exec", self.netns] if self.netns else []
+        cmd += [self._ss, "-Htan"]
         for st in states:
             cmd += ["state", self.NAMES[st]]
         out = subprocess.run(cmd, capture_output=True, check=True).stdout
-        index = {p: i for i, p in enumerate(ports)}
+        keys = [(p, peers[i].encode() if peers is not None else None)
+                for i, p in enumerate(ports)]
         acc = {st: [0, [0] * len(ports), [0] * len(ports)] for st in states}
         by_label = {self.LABELS[st]: acc[st] for st in states}
         only = acc[states[0]] if len(states) == 1 else None   # one state: no State column
@@ -350,11 +475,15 @@ class SsCounter:
                 continue
             a[0] += 1
             lport = int(fields[-2].rsplit(b":", 1)[1])
-            rport = int(fields[-1].rsplit(b":", 1)[1])
-            if lport in index:
-                a[1][index[lport]] += 1
-            if rport in index:
-                a[2][index[rport]] += 1
+            raddr, _, rport = fields[-1].rpartition(b":")
+            rport = int(rport)
+            for i, (port, peer) in enumerate(keys):
+                if peer is not None and raddr != peer:
+                    continue
+                if lport == port:
+                    a[1][i] += 1
+                if rport == port:
+                    a[2][i] += 1
         return {st: (a[0], a[1], a[2]) for st, a in acc.items()}
 
 
@@ -498,6 +627,56 @@ def parse_classes(specs: Iterable[str]) -> dict[str, int]:
     return classes
 
 
+_PAIR = re.compile(r"^([A-Za-z][A-Za-z0-9_]*),([A-Za-z][A-Za-z0-9_]*):(\d+)$")
+
+
+def parse_host_classes(specs: Iterable[str], hosts: Iterable[str]
+                       ) -> dict[str, tuple[str, str, int]]:
+    """["front=client,app:8000"] -> {"front": ("client", "app", 8000)}.
+
+    A class between hosts: connections from host `client` to port 8000 of
+    host `app` (FROM and TO among `hosts`).
+    """
+    hosts = list(hosts)
+    classes: dict[str, tuple[str, str, int]] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        pair = _PAIR.match(value.strip())
+        if not sep or not _NAME.match(name.strip()) or not pair:
+            raise ValueError(f"--class {spec!r}: with --host, expected NAME=FROM,TO:PORT "
+                             "(e.g. front=client,app:8000)")
+        name = name.strip()
+        src, dst, port = pair.group(1), pair.group(2), int(pair.group(3))
+        if not 0 < port < 65536:
+            raise ValueError(f"--class {spec!r}: port out of range")
+        for host in (src, dst):
+            if host not in hosts:
+                raise ValueError(f"--class {spec!r}: no --host {host} (hosts: "
+                                 f"{', '.join(hosts) or 'none'})")
+        if src == dst:
+            raise ValueError(f"--class {spec!r}: FROM and TO are the same host")
+        if name in classes:
+            raise ValueError(f"--class {name} given twice")
+        if name == "total":
+            raise ValueError("--class total: the name is taken by tw_total/estab_total")
+        classes[name] = (src, dst, port)
+    return classes
+
+
+def parse_hosts(specs: Iterable[str]) -> dict[str, str]:
+    """["client=ftl-12-4-client"] -> {"client": "ftl-12-4-client"}: host name -> namespace."""
+    hosts: dict[str, str] = {}
+    for spec in specs:
+        name, sep, netns = (part.strip() for part in spec.partition("="))
+        if not sep or not _NAME.match(name) or not netns or "/" in netns:
+            raise ValueError(f"--host {spec!r}: expected NAME=NETNS, NETNS a name from "
+                             "`ip netns list`")
+        if name in hosts:
+            raise ValueError(f"--host {name} given twice")
+        hosts[name] = netns
+    return hosts
+
+
 def parse_procs(specs: Iterable[str]) -> dict[str, list[int]]:
     """["app=120", "locust=300", "locust=301"] -> {"app": [120], "locust": [300, 301]}."""
     procs: dict[str, list[int]] = {}
@@ -511,9 +690,11 @@ def parse_procs(specs: Iterable[str]) -> dict[str, list[int]]:
     return procs
 
 
-def columns(classes: Iterable[str], procs: Iterable[str]) -> list[str]:
-    """The CSV header for these class and component names (`sampler` comes last)."""
+def columns(classes: Iterable[str], procs: Iterable[str], hosts: Iterable[str] = ()) -> list[str]:
+    """The CSV header for these class, component and host names (`sampler` comes last)."""
     cols = ["ts", "elapsed_s", "tw_total", "estab_total"]
+    for name in hosts:
+        cols += [f"tw_total_{name}", f"estab_total_{name}"]
     for name in classes:
         cols += [f"tw_{name}", f"tw_{name}_client", f"tw_{name}_server", f"estab_{name}"]
     for name in [*procs, "sampler"]:
@@ -523,40 +704,40 @@ def columns(classes: Iterable[str], procs: Iterable[str]) -> list[str]:
     return cols
 
 
-class Sampler:
-    """Samples sockets and process trees; `run()` writes the CSV.
+class _Table:
+    """One network namespace's socket table, and which of its counts go to which class.
 
-    `classes`: name -> port; `procs`: name -> PID or PIDs (each with all its
-    descendants). Counts the sockets of the network namespace it runs in.
+    Each key (a port, and in host mode the address at the other end) feeds
+    one class: from the connecting side (`client`: TIME_WAIT held there, and
+    ESTABLISHED, each connection once), from the listening side (`server`:
+    TIME_WAIT held there), or, in one namespace, `both`.
     """
 
-    def __init__(self, classes: Mapping[str, int], procs: Mapping[str, int | Iterable[int]],
-                 out_path: str | os.PathLike, interval: float = 1.0,
-                 backend: str = "netlink") -> None:
-        if interval <= 0:
-            raise ValueError("interval must be > 0")
-        self.classes = dict(classes)
-        self.ports = list(self.classes.values())
-        if "sampler" in procs:
-            raise ValueError("the sampler adds itself as component `sampler`")
-        self.components = [Component(name, [pids] if isinstance(pids, int) else pids)
-                           for name, pids in procs.items()]
-        # itself and the children it has reaped (`ss`), not whatever else the
-        # process that imported it runs
-        self.components.append(Component("sampler", [os.getpid()], descendants=False))
-        self.columns = columns(self.classes, procs)
-        self.out_path = Path(out_path)
-        self.interval = float(interval)
-        self.backend = backend
-        self._counter: DiagCounter | SsCounter = BACKENDS[backend]()
-        self._t0 = self._last = 0.0
+    def __init__(self, host: str | None, netns: str | None, backend: str) -> None:
+        self.host, self.netns, self.backend = host, netns, backend
+        self.counter: DiagCounter | SsCounter = BACKENDS[backend](netns)
+        self.ports: list[int] = []
+        self.peers: list[str] | None = [] if netns else None
+        self.uses: list[tuple[int, str]] = []
         self._split = False
+        self._sockstat = "/proc/thread-self/net/sockstat" if netns else "/proc/net/sockstat"
+
+    def add(self, port: int, peer: str | None, cls: int, side: str) -> None:
+        self.ports.append(port)
+        if self.peers is not None:
+            self.peers.append(peer)
+        self.uses.append((cls, side))
 
     def close(self) -> None:
-        self._counter.close()
+        self.counter.close()
 
-    def _count(self) -> dict[int, tuple[int, list[int], list[int]]]:
-        """ESTABLISHED (and TIME_WAIT if there are classes) by port, in one dump or two.
+    def time_wait(self) -> int:
+        """TIME_WAIT of the namespace, from its /proc/net/sockstat."""
+        with in_netns(self.netns):
+            return read_sockstat(self._sockstat)["tw"]
+
+    def count(self) -> dict[int, tuple[int, list[int], list[int]]]:
+        """ESTABLISHED (and TIME_WAIT if there are keys) by key, in one dump or two.
 
         One dump walks the kernel's table once. But when both states are
         plentiful their records interleave so finely that the counter has to
@@ -565,22 +746,102 @@ class Sampler:
         """
         try:
             if not self.ports:
-                return self._counter.count(self.ports, (TCP_ESTABLISHED,))
+                return self.counter.count(self.ports, (TCP_ESTABLISHED,), self.peers)
             if not self._split:
-                counts = self._counter.count(self.ports, (TCP_ESTABLISHED, TCP_TIME_WAIT))
+                counts = self.counter.count(self.ports, (TCP_ESTABLISHED, TCP_TIME_WAIT),
+                                            self.peers)
             else:
-                counts = {**self._counter.count(self.ports, (TCP_ESTABLISHED,)),
-                          **self._counter.count(self.ports, (TCP_TIME_WAIT,))}
+                counts = {**self.counter.count(self.ports, (TCP_ESTABLISHED,), self.peers),
+                          **self.counter.count(self.ports, (TCP_TIME_WAIT,), self.peers)}
         except OSError as e:
             if self.backend != "netlink":
                 raise
-            print(f"sampler: netlink sock_diag failed ({e}); falling back to ss",
+            where = f" (host {self.host})" if self.host else ""
+            print(f"sampler: netlink sock_diag failed{where} ({e}); falling back to ss",
                   file=sys.stderr)
-            self.backend, self._counter = "ss", SsCounter()
-            return self._count()
+            self.backend, self.counter = "ss", SsCounter(self.netns)
+            return self.count()
         few, many = sorted((counts[TCP_ESTABLISHED][0], counts[TCP_TIME_WAIT][0]))
         self._split = self.backend == "netlink" and few > 500 and few * 8 > many
         return counts
+
+
+class Sampler:
+    """Samples sockets and process trees; `run()` writes the CSV.
+
+    One namespace (`hosts` None): `classes` is name -> port, counted in the
+    network namespace the sampler runs in. Hosts: `hosts` is host name ->
+    network namespace (its name under /run/netns) and `classes` is name ->
+    (connecting host, listening host, port); each host's own socket table
+    is counted, and a class counts only connections between its two hosts'
+    addresses (found in their namespaces at the start). `procs`: name ->
+    PID or PIDs (each with all its descendants).
+    """
+
+    def __init__(self, classes: Mapping[str, int | tuple[str, str, int]],
+                 procs: Mapping[str, int | Iterable[int]],
+                 out_path: str | os.PathLike, interval: float = 1.0,
+                 backend: str = "netlink", hosts: Mapping[str, str] | None = None) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be > 0")
+        self.classes = dict(classes)
+        self.hosts = dict(hosts or {})
+        if "sampler" in procs:
+            raise ValueError("the sampler adds itself as component `sampler`")
+        self.components = [Component(name, [pids] if isinstance(pids, int) else pids)
+                           for name, pids in procs.items()]
+        # itself and the children it has reaped (`ss`), not whatever else the
+        # process that imported it runs
+        self.components.append(Component("sampler", [os.getpid()], descendants=False))
+        self.columns = columns(self.classes, procs, self.hosts)
+        self.out_path = Path(out_path)
+        self.interval = float(interval)
+        self.backend = backend
+        self._tables = self._make_tables()
+        self._t0 = self._last = 0.0
+
+    def _make_tables(self) -> list[_Table]:
+        if not self.hosts:
+            if not all(isinstance(port, int) for port in self.classes.values()):
+                raise ValueError("classes by host pair need hosts")
+            table = _Table(None, None, self.backend)
+            for i, port in enumerate(self.classes.values()):
+                table.add(port, None, i, "both")
+            return [table]
+        for name, spec in self.classes.items():
+            if isinstance(spec, int) or len(spec) != 3:
+                raise ValueError(f"class {name}: with hosts, (FROM, TO, PORT), not {spec!r}")
+            src, dst, _ = spec
+            for host in (src, dst):
+                if host not in self.hosts:
+                    raise ValueError(f"class {name}: no host {host!r}")
+            if src == dst:
+                raise ValueError(f"class {name}: FROM and TO are the same host")
+        addresses = {}
+        for host, netns in self.hosts.items():
+            if not os.path.exists(os.path.join(NETNS_DIR, netns)):
+                raise ValueError(f"host {host}: no network namespace {netns!r} "
+                                 "(see `ip netns list`)")
+            addresses[host] = host_addresses(netns)
+            if not addresses[host]:
+                raise ValueError(f"host {host}: namespace {netns} has no IPv4 address "
+                                 "besides loopback")
+        tables = {host: _Table(host, netns, self.backend) for host, netns in self.hosts.items()}
+        for i, (src, dst, port) in enumerate(self.classes.values()):
+            for peer in addresses[dst]:
+                tables[src].add(port, peer, i, "client")
+            for peer in addresses[src]:
+                tables[dst].add(port, peer, i, "server")
+        return list(tables.values())
+
+    def close(self) -> None:
+        for table in self._tables:
+            table.close()
+
+    def namespaces_gone(self) -> list[str]:
+        """Hosts whose namespace has been deleted (the lab is over: stop)."""
+        return [h for h, ns in self.hosts.items()
+                if not os.path.exists(os.path.join(NETNS_DIR, ns))]
 
     def prime(self) -> None:
         """Start the clock and the CPU baselines (the first row comes one interval later)."""
@@ -598,13 +859,28 @@ class Sampler:
         """One row, in `columns` order (call `prime()` first)."""
         now = time.monotonic()
         ts = time.time()
-        tw_total = read_sockstat()["tw"]
-        counts = self._count()
-        estab_total, _, estab_remote = counts[TCP_ESTABLISHED]
-        _, tw_local, tw_remote = counts.get(TCP_TIME_WAIT, (0, [], []))
-        row: list = [f"{ts:.3f}", f"{now - self._t0:.3f}", tw_total, estab_total]
-        for i in range(len(self.ports)):
-            row += [tw_local[i] + tw_remote[i], tw_remote[i], tw_local[i], estab_remote[i]]
+        n = len(self.classes)
+        tw_client, tw_server, estab = [0] * n, [0] * n, [0] * n
+        per_host = []
+        for table in self._tables:
+            tw_total = table.time_wait()
+            counts = table.count()
+            estab_total, _, estab_remote = counts[TCP_ESTABLISHED]
+            _, tw_local, tw_remote = counts.get(TCP_TIME_WAIT, (0, [], []))
+            per_host.append((tw_total, estab_total))
+            for k, (cls, side) in enumerate(table.uses):
+                if side != "server":
+                    tw_client[cls] += tw_remote[k]
+                    estab[cls] += estab_remote[k]
+                if side != "client":
+                    tw_server[cls] += tw_local[k]
+        row: list = [f"{ts:.3f}", f"{now - self._t0:.3f}", sum(tw for tw, _ in per_host),
+                     sum(es for _, es in per_host)]
+        if self.hosts:
+            for tw_total, estab_total in per_host:
+                row += [tw_total, estab_total]
+        for i in range(n):
+            row += [tw_client[i] + tw_server[i], tw_client[i], tw_server[i], estab[i]]
         for cpu, rss in self._procs(now - self._last):
             row += ["" if cpu is None else f"{cpu:.1f}", "" if rss is None else f"{rss:.1f}"]
         self._last = now
@@ -631,6 +907,11 @@ class Sampler:
                 while True:
                     wake = tick if end is None else min(tick, end)
                     stopped = stop.wait(max(0.0, wake - time.monotonic()))
+                    gone = self.namespaces_gone()
+                    if gone:   # counting them now would fail, or count a dying namespace
+                        print(f"sampler: host {gone[0]}'s namespace is gone; stopping",
+                              file=sys.stderr)
+                        return rows
                     now = time.monotonic()
                     last = stopped or (end is not None and now >= end - 1e-3)
                     if not last or now - self._last >= 0.25 * self.interval:
@@ -646,19 +927,31 @@ class Sampler:
             self.close()
 
 
-def command(out: str | os.PathLike, classes: Mapping[str, int],
+def command(out: str | os.PathLike, classes: Mapping[str, int | tuple[str, str, int]],
             procs: Mapping[str, int | Iterable[int]], interval: float = 1.0,
             duration: float | None = None, netns: str | None = None,
-            python: str = sys.executable, backend: str | None = None) -> list[str]:
-    """The command line that runs the sampler (in `netns` if given); run it from the repo root."""
+            python: str = sys.executable, backend: str | None = None,
+            hosts: Mapping[str, str] | None = None) -> list[str]:
+    """The command line that runs the sampler; run it from the repo root.
+
+    One namespace: `classes` name -> port, counted where it runs (in `netns`
+    if given). Hosts: `hosts` name -> namespace and `classes` name ->
+    (connecting host, listening host, port); run it in the root namespace.
+    """
     cmd = ["ip", "netns", "exec", netns] if netns else []
     cmd += [python, "-m", "benchmarks.sampler", "--out", str(out), "--interval", f"{interval:g}"]
     if duration is not None:
         cmd += ["--duration", f"{duration:g}"]
     if backend:
         cmd += ["--backend", backend]
-    for name, port in classes.items():
-        cmd += ["--class", f"{name}={port}"]
+    for name, ns in (hosts or {}).items():
+        cmd += ["--host", f"{name}={ns}"]
+    for name, spec in classes.items():
+        if isinstance(spec, int):
+            cmd += ["--class", f"{name}={spec}"]
+        else:
+            src, dst, port = spec
+            cmd += ["--class", f"{name}={src},{dst}:{port}"]
     for name, pids in procs.items():
         for pid in [pids] if isinstance(pids, int) else pids:
             cmd += ["--proc", f"{name}={pid}"]
@@ -779,8 +1072,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the CSV to write")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rows (1.0)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument("--class", dest="classes", action="append", default=[], metavar="NAME=PORT",
-                   help="a connection class: sockets with this port at one end (repeatable)")
+    p.add_argument("--host", dest="hosts", action="append", default=[], metavar="NAME=NETNS",
+                   help="a host: a network namespace (`ip netns list`) whose own sockets are "
+                        "counted (repeatable; needs root)")
+    p.add_argument("--class", dest="classes", action="append", default=[],
+                   metavar="NAME=PORT|NAME=FROM,TO:PORT",
+                   help="a connection class: sockets with this port at one end; with --host, "
+                        "connections from host FROM to port PORT of host TO (repeatable)")
     p.add_argument("--proc", dest="procs", action="append", default=[], metavar="NAME=PID",
                    help="a component: PID and all its descendants (repeatable; a name "
                         "given twice sums the trees)")
@@ -803,9 +1101,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.interval <= 0 or (args.duration is not None and args.duration <= 0):
         parser.error("--interval and --duration must be > 0")
     try:
-        classes = parse_classes(args.classes)
+        hosts = parse_hosts(args.hosts)
+        classes = (parse_host_classes(args.classes, hosts) if hosts
+                   else parse_classes(args.classes))
         procs = parse_procs(args.procs)
-        sampler = Sampler(classes, procs, args.out, args.interval, backend=args.backend)
+        sampler = Sampler(classes, procs, args.out, args.interval, backend=args.backend,
+                          hosts=hosts)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     for name, pids in procs.items():

@@ -382,3 +382,238 @@ def test_a_component_not_running_leaves_its_cells_empty(tmp_path):
     assert all(r["cpu_gone"] == "" and r["rss_mb_gone"] == "" for r in data)
     assert all(float(r["rss_mb_sampler"]) > 0 for r in data)
     assert sampler.peaks(out)["cpu_gone"] is None
+
+
+# --- hosts: a socket table per host ----------------------------------------------------
+#
+# Four hosts (benchmarks/hosts.py). Known connections in each class, counted
+# where each end really is, plus traffic that must land in no class: a probe
+# over the app host's own loopback to its port 8000, and the proxy host
+# connecting to the app's port 8000 (not the `front` pair).
+
+# A server: each connection says what to do: c = the client closes first,
+# s = the server closes first, h = hold it open. Exits after 60 s idle.
+# (wait_for_port's probe says nothing and closes first: one TIME_WAIT at its end.)
+PEER_SERVER = r"""
+import socket, sys
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("0.0.0.0", int(sys.argv[1])))
+listener.listen(64)
+listener.settimeout(60)
+held = []
+try:
+    while True:
+        conn, _ = listener.accept()
+        what = conn.recv(1)
+        if what == b"c":
+            conn.recv(1)       # EOF: the client has closed
+            conn.close()
+        elif what == b"h":
+            held.append(conn)
+        else:                  # b"s", or b"": a readiness probe that has closed already
+            conn.close()
+except TimeoutError:
+    pass
+"""
+
+# A client: n connections of each kind to host:port, then holds the held ones.
+PEER_CLIENT = r"""
+import os, socket, sys, time
+host, port, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+n_client, n_server, n_held = map(int, sys.argv[4:7])
+for _ in range(n_client):
+    c = socket.create_connection((host, port), timeout=5); c.sendall(b"c"); c.close()
+for _ in range(n_server):
+    c = socket.create_connection((host, port), timeout=5); c.sendall(b"s")
+    c.recv(1); c.close()   # after the server's FIN: the server holds the TIME_WAIT
+held = []
+for _ in range(n_held):
+    c = socket.create_connection((host, port), timeout=5); c.sendall(b"h"); held.append(c)
+time.sleep(0.3)   # the last FINs are through
+open(ready + ".tmp", "w").close(); os.rename(ready + ".tmp", ready)
+time.sleep(60)
+"""
+
+# (from host, to address or host, port, client-first, server-first, held)
+FLOWS = [
+    ("client", "app", 8000, 30, 20, 4),        # class front
+    ("app", "redis", 6379, 12, 7, 3),          # class redis
+    ("app", "127.0.0.1", 8000, 9, 0, 2),       # the app host's own loopback: no class
+    ("proxy", "app", 8000, 5, 6, 1),           # another host to the app's port: no class
+]
+HOST_CLASSES = {"front": ("client", "app", 8000), "redis": ("app", "redis", 6379)}
+
+
+@pytest.fixture(scope="module")
+def host_scene(tmp_path_factory):
+    """The four hosts with FLOWS in place: (network, work dir)."""
+    from benchmarks import hosts
+    work = tmp_path_factory.mktemp("hosts")
+    started = []
+    try:
+        net = hosts.Network("smp", hosts.ROLES,
+                            sysctls={r: {"net.ipv4.tcp_tw_reuse": "0"} for r in hosts.ROLES})
+    except ValueError as e:
+        pytest.skip(str(e))
+    with net:
+        try:
+            for role, port in (("app", 8000), ("redis", 6379)):
+                started.append(procs.start([*net.prefix(role), sys.executable, "-c",
+                                            PEER_SERVER, str(port)],
+                                           log=work / f"server-{role}.log"))
+                procs.wait_for_port(port, host=net.address(role), netns=net.namespace(role),
+                                    proc=started[-1], timeout=15)
+            for i, (src, dst, port, n_c, n_s, n_h) in enumerate(FLOWS):
+                ready = work / f"ready-{i}"
+                address = dst if dst[0].isdigit() else net.address(dst)
+                started.append(procs.start(
+                    [*net.prefix(src), sys.executable, "-c", PEER_CLIENT, address, str(port),
+                     str(ready), str(n_c), str(n_s), str(n_h)], log=work / f"client-{i}.log"))
+                deadline = time.monotonic() + 20
+                while not ready.exists():
+                    assert started[-1].poll() is None, (work / f"client-{i}.log").read_text()
+                    assert time.monotonic() < deadline, f"flow {FLOWS[i]} not ready"
+                    time.sleep(0.05)
+            yield net, work
+        finally:
+            for proc in reversed(started):
+                procs.stop(proc)
+
+
+# what each host's table holds, by the FLOWS (wait_for_port's probes add one
+# client-first TIME_WAIT on the app and the redis host, over their own addresses)
+EXPECTED_TW = {"client": 30, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "redis": 7 + 1}
+EXPECTED_ESTAB = {"client": 4, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "redis": 3}
+
+
+@pytest.mark.netns
+def test_hosts_each_table_by_host_pair(host_scene):
+    net, work = host_scene
+    out = work / "hosts.csv"
+    cmd = sampler.command(out, HOST_CLASSES, {}, interval=0.5, duration=2.0,
+                          hosts=net.names())
+    assert "--host" in cmd and "front=client,app:8000" in cmd
+    proc = procs.start(cmd, log=work / "hosts.log", cwd=ROOT)
+    try:
+        assert proc.wait(timeout=30) == 0, (work / "hosts.log").read_text()
+    finally:
+        procs.stop(proc)
+    header, rows = read_csv(out)
+    assert header == [
+        "ts", "elapsed_s", "tw_total", "estab_total",
+        "tw_total_client", "estab_total_client", "tw_total_proxy", "estab_total_proxy",
+        "tw_total_app", "estab_total_app", "tw_total_redis", "estab_total_redis",
+        "tw_front", "tw_front_client", "tw_front_server", "estab_front",
+        "tw_redis", "tw_redis_client", "tw_redis_server", "estab_redis",
+        "cpu_sampler", "rss_mb_sampler"]
+    assert 3 <= len(rows) <= 5
+    for row in rows:
+        got = {c: int(row[c]) for c in header[2:20]}
+        assert got == {
+            "tw_total": sum(EXPECTED_TW.values()), "estab_total": sum(EXPECTED_ESTAB.values()),
+            **{f"tw_total_{h}": n for h, n in EXPECTED_TW.items()},
+            **{f"estab_total_{h}": n for h, n in EXPECTED_ESTAB.items()},
+            # the class counts only its host pair: not the loopback probe, not the proxy
+            "tw_front": 50, "tw_front_client": 30, "tw_front_server": 20, "estab_front": 4,
+            "tw_redis": 19, "tw_redis_client": 12, "tw_redis_server": 7, "estab_redis": 3,
+        }, row
+    # `ss` on each host agrees with the per-host totals (what `ss -s` means there)
+    for role in ("client", "app"):
+        shown = subprocess.run([*net.prefix(role), "ss", "-Htan", "state", "time-wait"],
+                               capture_output=True, text=True, check=True).stdout
+        assert len(shown.splitlines()) == EXPECTED_TW[role]
+    # by port alone the app host would hold 20 + 6 server-side TIME_WAIT of `front`
+    # (the proxy's too), and 9 + 1 client-side ones (its loopback, the probe)
+    def app_tw(*flt: str) -> int:
+        return len(subprocess.run([*net.prefix("app"), "ss", "-Htan", "state", "time-wait",
+                                   *flt], capture_output=True, text=True,
+                                  check=True).stdout.splitlines())
+    assert app_tw("sport", "=", ":8000") == 20 + 6
+    assert app_tw("dport", "=", ":8000") == 9 + 1
+
+
+@pytest.mark.netns
+def test_hosts_backends_agree_with_peers(host_scene):
+    """Netlink (one request, and per family) and `ss`, in the app host, by peer address."""
+    net, _ = host_scene
+    ports = [8000, 8000, 8000, 6379]
+    peers = [net.address("client"), net.address("proxy"), "127.0.0.1", net.address("redis")]
+    legacy = sampler.DiagCounter(net.namespace("app"))
+    by_family = sampler.DiagCounter(net.namespace("app"))
+    by_family._legacy = False
+    try:
+        answers = [c.count(ports, peers=peers) for c in (
+            legacy, by_family, sampler.SsCounter(net.namespace("app")))]
+    finally:
+        legacy.close()
+        by_family.close()
+    expected = {sampler.TCP_ESTABLISHED: (EXPECTED_ESTAB["app"], [4, 1, 2, 0], [0, 0, 2, 3]),
+                sampler.TCP_TIME_WAIT: (EXPECTED_TW["app"], [20, 6, 0, 0], [0, 0, 9, 12])}
+    for answer in answers:
+        assert {st: (n, list(lo), list(re)) for st, (n, lo, re) in answer.items()} == {
+            st: (n, lo, re) for st, (n, lo, re) in expected.items()}
+    # and this thread is back in its own namespace, where no socket has a 198.18 peer
+    root = sampler.DiagCounter()
+    try:
+        assert root.count([8000], peers=[net.address("client")])[
+            sampler.TCP_TIME_WAIT][1:] == ([0], [0])
+    finally:
+        root.close()
+    assert sampler.host_addresses(net.namespace("app")) == [net.address("app")]
+
+
+@pytest.mark.netns
+def test_hosts_sampler_stops_when_its_namespaces_go(tmp_path):
+    from benchmarks import hosts
+    with hosts.Network("gone", ["client", "app"]) as net:
+        out = tmp_path / "gone.csv"
+        proc = procs.start(sampler.command(out, {"front": ("client", "app", 8000)}, {},
+                                           interval=0.2, hosts=net.names()),
+                           log=tmp_path / "gone.log", cwd=ROOT)
+        try:
+            deadline = time.monotonic() + 15
+            while not out.exists() or out.read_text().count("\n") < 3:
+                assert proc.poll() is None, (tmp_path / "gone.log").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        except BaseException:
+            procs.stop(proc)
+            raise
+    try:
+        assert proc.wait(timeout=10) == 0
+    finally:
+        procs.stop(proc)
+    assert "namespace is gone" in (tmp_path / "gone.log").read_text()
+    _, rows = read_csv(out)
+    assert len(rows) >= 2 and all(r["tw_front"] == "0" for r in rows)
+
+
+def test_hosts_arguments():
+    assert sampler.parse_hosts(["client=ftl-1-a-client", "app=ftl-1-a-app"]) == {
+        "client": "ftl-1-a-client", "app": "ftl-1-a-app"}
+    assert sampler.parse_host_classes(["front=client,app:8000"], ["client", "app"]) == {
+        "front": ("client", "app", 8000)}
+    for bad in (["front=8000"], ["front=client>app:8000"], ["front=client,db:8000"],
+                ["front=app,app:8000"], ["front=client,app:0"], ["total=client,app:1"],
+                ["f=client,app:1", "f=app,client:2"]):
+        with pytest.raises(ValueError):
+            sampler.parse_host_classes(bad, ["client", "app"])
+    for bad in (["client"], ["client="], ["9=ns"], ["a=x/y"], ["a=x", "a=y"]):
+        with pytest.raises(ValueError):
+            sampler.parse_hosts(bad)
+    assert sampler.command("o.csv", {"redis": ("app", "redis", 6379)}, {"app": 5},
+                           hosts={"app": "A", "redis": "R"})[3:] == [
+        "--out", "o.csv", "--interval", "1", "--host", "app=A", "--host", "redis=R",
+        "--class", "redis=app,redis:6379", "--proc", "app=5"]
+    with pytest.raises(ValueError, match="need hosts"):
+        sampler.Sampler({"front": ("client", "app", 1)}, {}, os.devnull)
+    with pytest.raises(ValueError, match="no network namespace"):
+        sampler.Sampler({"front": ("client", "app", 1)}, {}, os.devnull,
+                        hosts={"client": "ftl-no-such-ns", "app": "ftl-no-such-ns2"})
+    for argv in (["--out", "x.csv", "--host", "a=ns", "--class", "front=80"],
+                 ["--out", "x.csv", "--host", "a=ns", "--host", "b=ns2",
+                  "--class", "front=a,c:80"]):
+        with pytest.raises(SystemExit) as e:
+            sampler.main(argv)
+        assert e.value.code == 2
