@@ -15,7 +15,7 @@ import argparse
 import signal
 import sys
 
-from benchmarks import options, procs, results, sandbox
+from benchmarks import hosts, options, procs, results, sandbox
 
 
 class StageFailed(RuntimeError):
@@ -46,7 +46,7 @@ def add_sandbox_options(parser: argparse.ArgumentParser, per: str = "stage") -> 
 
 
 def resolve_sandbox(requested: str) -> str:
-    ok, why = sandbox.netns_available()
+    ok, why = hosts.netns_available()
     if requested == "netns" and not ok:
         raise options.OptionsError(f"--sandbox netns needs root and `ip`: {why}. "
                                    "Use --sandbox host (or run as root).")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -39,9 +40,9 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from benchmarks import sandbox
+from benchmarks.stages import HOSTS, SERVER_ROLES, Host
 
-NS_PREFIX = sandbox.NS_PREFIX          # "ftl-": what `lab clean` looks for
+NS_PREFIX = "ftl-"  # every namespace the lab makes: `ftl-<pid>-<tag>-<role>`
 BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")   # RFC 2544
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
 BRIDGE = "br0"
@@ -53,50 +54,8 @@ class NetworkError(RuntimeError):
     """A network could not be made, or was asked for something that cannot be."""
 
 
-@dataclass(frozen=True)
-class Host:
-    """A role and the address of its host (its `eth0`, in SUBNET)."""
-
-    role: str
-    address: str
-
-
-HOSTS: tuple[Host, ...] = (
-    Host("client", "198.18.0.10"),   # Locust
-    Host("proxy", "198.18.0.20"),    # Nginx, only in stages with a front
-    Host("app", "198.18.0.30"),      # the app server
-    Host("redis", "198.18.0.40"),
-)
 ROLES = tuple(h.role for h in HOSTS)
-SERVER_ROLES = ("proxy", "app", "redis")
-CLIENT_ROLES = ("client",)
-
-
-def roles(has_front: bool) -> tuple[str, ...]:
-    """The roles a stage needs: the proxy only when it has a front."""
-    return tuple(r for r in ROLES if has_front or r != "proxy")
-
-
-def connecting_roles(has_front: bool) -> tuple[str, ...]:
-    """Hosts whose outgoing connections churn: the proxy toward the app, the app toward Redis.
-
-    These get a stage's `tcp_tw_reuse` and narrowed port range, as on real
-    servers (both settings act on the side that calls connect()).
-    """
-    return ("proxy", "app") if has_front else ("app",)
-
-
-def classes(has_front: bool, redis_port: int, app_port: int,
-            front_port: int) -> dict[str, tuple[str, str, int]]:
-    """Connection classes by host pair: name -> (connecting host, listening host, port).
-
-    The names are those of `Stage.connection_classes`: `front` (client->entry),
-    `upstream` (proxy->app, with a front only), `redis` (app->redis).
-    """
-    if has_front:
-        return {"redis": ("app", "redis", redis_port), "upstream": ("proxy", "app", app_port),
-                "front": ("client", "proxy", front_port)}
-    return {"redis": ("app", "redis", redis_port), "front": ("client", "app", app_port)}
+CLIENT_ROLES = tuple(r for r in ROLES if r not in SERVER_ROLES)
 
 
 def host_sysctls(stage: Mapping[str, str], baseline: Mapping[str, str],
@@ -221,9 +180,11 @@ def owner_pid(name: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid) -> bool:
+    if not pid:
+        return False
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -231,12 +192,58 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def netns_available() -> tuple[bool, str]:
+    """Can this process make network namespaces? (ok, reason if not)."""
+    if os.geteuid() != 0:
+        return False, "not root (network namespaces need root)"
+    if not (shutil.which("ip") or os.path.exists("/usr/sbin/ip") or os.path.exists("/sbin/ip")):
+        return False, "`ip` not found (apt-get install iproute2)"
+    return True, ""
+
+
+def list_lab_namespaces() -> list[str]:
+    out = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.strip().startswith(NS_PREFIX)]
+
+
+def namespace_pids(name: str) -> list[int]:
+    return [int(p) for p in _ip("netns", "pids", name, check=False).stdout.split()]
+
+
+def owned_namespaces(pid: int) -> list[str]:
+    """The lab namespaces that the lab process `pid` made and that still exist."""
+    return [ns for ns in list_lab_namespaces() if owner_pid(ns) == pid]
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise NetworkError(f"{' '.join(cmd)} failed: {result.stderr.strip() or result.stdout}")
+    return result
+
+
+def read_sysctls(keys, prefix: list[str] | None = None) -> dict[str, str]:
+    """Current values of `keys`, read where `prefix` runs (a namespace or the host)."""
+    values = {}
+    for key in keys:
+        path = "/proc/sys/" + key.replace(".", "/")
+        result = _run([*(prefix or []), "cat", path], check=False)
+        values[key] = " ".join(result.stdout.split()) if result.returncode == 0 else None
+    return values
+
+
+def write_sysctls(settings: dict[str, str], prefix: list[str] | None = None) -> None:
+    for key, value in settings.items():
+        _run([*(prefix or []), "sysctl", "-q", "-w", f"{key}={value}"])
+
+
 def stop_processes(namespaces: Iterable[str], grace: float = 5.0) -> None:
     """TERM, then KILL after `grace` s, every process in these namespaces, all at once."""
     namespaces = list(namespaces)
 
     def pids() -> set[int]:
-        return {pid for ns in namespaces for pid in sandbox.namespace_pids(ns)}
+        return {pid for ns in namespaces for pid in namespace_pids(ns)}
 
     for sig in (signal.SIGTERM, signal.SIGKILL):
         left = pids()
@@ -257,7 +264,7 @@ def stop_processes(namespaces: Iterable[str], grace: float = 5.0) -> None:
 def delete_namespaces(names: Iterable[str]) -> None:
     """Stop every process in these namespaces, then delete them (missing ones are fine)."""
     names = list(names)
-    existing = set(sandbox.list_lab_namespaces())
+    existing = set(list_lab_namespaces())
     names = [n for n in names if n in existing]
     stop_processes(names)
     for name in names:
@@ -272,11 +279,11 @@ def stale_namespaces(owners: Iterable[int] | None = None) -> dict[str, list[int]
     """
     wanted = None if owners is None else set(owners)
     stale = {}
-    for name in sandbox.list_lab_namespaces():
+    for name in list_lab_namespaces():
         pid = owner_pid(name)
-        if pid is None or (wanted is not None and pid not in wanted) or _alive(pid):
+        if pid is None or (wanted is not None and pid not in wanted) or pid_alive(pid):
             continue
-        stale[name] = sandbox.namespace_pids(name)
+        stale[name] = namespace_pids(name)
     return stale
 
 
@@ -295,7 +302,7 @@ def clean(owners: Iterable[int] | None = None, kill_orphans: bool = False) -> li
             continue
         if kill_orphans:
             stop_processes([name])
-        if not sandbox.namespace_pids(name):
+        if not namespace_pids(name):
             _ip("netns", "del", name, check=False)
             deleted.append(name)
     return deleted
@@ -435,7 +442,7 @@ class Network:
             os.kill(os.getpid(), held[0])   # to whatever handles it now
 
     def _make(self) -> None:
-        taken = set(sandbox.list_lab_namespaces())
+        taken = set(list_lab_namespaces())
         clash = [n for n in [self.bridge_namespace, *self._names.values()] if n in taken]
         if clash:
             raise NetworkError(f"namespace {clash[0]} exists already (same tag twice?)")
@@ -460,8 +467,8 @@ class Network:
             settings = self.sysctls.get(role)
             if settings:
                 try:
-                    sandbox.write_sysctls(settings, ["ip", "netns", "exec", ns])
-                except sandbox.SandboxError as e:
+                    write_sysctls(settings, ["ip", "netns", "exec", ns])
+                except NetworkError as e:
                     raise NetworkError(f"host {role}: {e}") from None
 
     def close(self, propagating: bool = False) -> None:

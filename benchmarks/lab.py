@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from benchmarks import book, cli, metrics, options, report, results, runner, sandbox, stages
+from benchmarks import book, cli, hosts, metrics, options, report, results, runner, sandbox, stages
 from benchmarks.cli import say
 from benchmarks.runner import Stack, child_env
 from benchmarks.stages import ROOT, Stage
@@ -138,7 +138,7 @@ def cmd_up(args) -> int:
     state = results.up_state(opts.results)
     if state.exists():
         old = results.read_json(state)
-        if sandbox.pid_alive(old.get("pid")):
+        if hosts.pid_alive(old.get("pid")):
             raise options.OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
                                        "stop it with Ctrl-C first")
     with running_stage(stage, opts) as (box, stack, users_file):
@@ -176,7 +176,7 @@ def cmd_exec(args) -> int:
     if not state_file.exists():
         raise SystemExit("lab: no stage is up. Start one first: python -m benchmarks.lab up 0")
     state = results.read_json(state_file)
-    if not sandbox.pid_alive(state["pid"]):
+    if not hosts.pid_alive(state["pid"]):
         state_file.unlink(missing_ok=True)
         raise SystemExit("lab: the stage that was up has stopped. Start one: "
                          "python -m benchmarks.lab up 0")
@@ -206,9 +206,9 @@ def cmd_clean(args) -> int:
     """What labs that were killed left: their namespaces (and what runs in them), their
     processes, and host sysctls a host-mode run had changed. Never a running lab's."""
     cleaned = False
-    for ns in sandbox.stale_namespaces():
-        sandbox.delete_namespace(ns)
-        say(f"deleted namespace {ns} (its lab, pid {sandbox.namespace_owner(ns)}, is gone)")
+    # a dead lab's servers outlive it (each in a session of its own), in its namespaces
+    for ns in hosts.clean(kill_orphans=True):
+        say(f"deleted namespace {ns} (its lab, pid {hosts.owner_pid(ns)}, is gone)")
         cleaned = True
     for line in runner.orphans():
         say(f"stopped process {line} (its lab is gone)")

@@ -115,7 +115,7 @@ REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as roo
 
 
 def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str]:
-    """A Redis of its own: loopback only, its data in `workdir`.
+    """A Redis of its own, listening on `host` only, its data in `workdir`.
 
     Persistence is the append-only file, written before Redis answers each
     write and fsynced once a second (`appendfsync everysec`): a Redis that is
@@ -125,9 +125,13 @@ def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str
     and a snapshot would fork a copy of Redis in the middle of a measurement.
     """
     exe = require_binary("redis-server", REDIS_HINT)
+    # Protected mode (only loopback clients) stays on for loopback; on a lab host
+    # (198.18.0.x) the app connects from another host, and only the lab's bridge
+    # reaches that address.
+    protected = "yes" if host.startswith("127.") else "no"
     return [exe, "--port", str(port), "--bind", host, "--save", "",
             "--appendonly", "yes", "--appendfsync", "everysec",
-            "--dir", str(workdir), "--protected-mode", "yes", "--daemonize", "no",
+            "--dir", str(workdir), "--protected-mode", protected, "--daemonize", "no",
             "--loglevel", "warning"]
 
 

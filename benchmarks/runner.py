@@ -18,14 +18,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 
 import psutil
 
-from benchmarks import cli, metrics, nginx_conf, procs, results, sampler, sandbox, stages
+from benchmarks import cli, hosts, metrics, nginx_conf, procs, results, sampler, sandbox, stages
 from benchmarks.cli import StageFailed, say
 from benchmarks.options import OptionsError, RunOptions
 from benchmarks.stages import ROOT, Stage
@@ -80,7 +80,7 @@ def started_by(pid: int) -> list[str]:
 
 def orphans() -> list[str]:
     """Stop the processes of labs that are gone (killed with -9); what was stopped."""
-    stray = [p for p, owner in _owned_processes() if not sandbox.pid_alive(owner)]
+    stray = [p for p, owner in _owned_processes() if not hosts.pid_alive(owner)]
     for p in stray:
         try:
             p.terminate()
@@ -98,7 +98,7 @@ def orphans() -> list[str]:
 def leftovers(pid: int | None = None) -> list[str]:
     """Namespaces and processes of this lab that are still there."""
     pid = pid or os.getpid()
-    return sandbox.owned_namespaces(pid) + started_by(pid)
+    return hosts.owned_namespaces(pid) + started_by(pid)
 
 
 class Stack:
@@ -255,6 +255,8 @@ class Load:
     server_pids: dict[str, int]
     snapshots: dict[str, list[str]]  # folder name under the stage -> argv prefix of a host
     count_log: Path | None = None  # the access log that counts answered requests
+    # the sampler runs on the machine (it enters each host itself), on the client's CPUs
+    sampler_prefix: list[str] = field(default_factory=list)
 
 
 def locust_env(opts: RunOptions, users_file: Path | None) -> dict:
@@ -302,7 +304,7 @@ def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) ->
         return None
     value = f"{low} {low + wanted - 1}"
     for role in box.stage.connecting_roles:
-        sandbox.write_sysctls({PORT_RANGE: value}, ["ip", "netns", "exec", box.namespace(role)])
+        hosts.write_sysctls({PORT_RANGE: value}, ["ip", "netns", "exec", box.namespace(role)])
     return value
 
 
@@ -318,10 +320,10 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = metrics.log_size(load.count_log) if load.count_log else None
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
-    sampler_proc = procs.start(sampler.command(
+    sampler_proc = procs.start([*load.sampler_prefix, *sampler.command(
         stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
         # stop just before Locust's users close their connections
-        duration=max(1.0, opts.duration - 0.5), **load.sampler),
+        duration=max(1.0, opts.duration - 0.5), **load.sampler)],
         log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT)
     try:
         deadline = time.monotonic() + opts.duration + 60
@@ -387,7 +389,8 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
         snapshots = {".": []}
     return Load(client=box.prefix("client"), url=stack.url, warmup_url=box.url("app"),
                 sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
-                count_log=stage_dir / results.count_log(stage))
+                count_log=stage_dir / results.count_log(stage),
+                sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]])
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:

@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import hosts, procs, sampler, sandbox
+from benchmarks import hosts, procs, sampler
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_PCT = 2.0
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not 1000 <= args.tw <= 60000 or not 0 <= args.estab <= 60000 - args.tw:
         p.error("--tw between 1000 and 60000, --tw + --estab <= 60000 (one local port each)")
-    ok, why = sandbox.netns_available()
+    ok, why = hosts.netns_available()
     if not ok:
         p.error(f"it makes network namespaces: {why}")
     return outer(args)

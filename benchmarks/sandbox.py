@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks import procs, sampler, stages
+from benchmarks import hosts, procs, sampler, stages
+from benchmarks.hosts import pid_alive, read_sysctls, write_sysctls
 
-NS_PREFIX = "ftl-"
 LOOPBACK_NOTE = (
     "host mode: Linux's default net.ipv4.tcp_tw_reuse=2 reuses TIME_WAIT ports on "
     "loopback, and the host's port range is wide, so stage 4's port exhaustion may not "
@@ -50,86 +48,6 @@ def uninterrupted():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def netns_available() -> tuple[bool, str]:
-    """Can this process make network namespaces? (ok, reason if not)."""
-    if os.geteuid() != 0:
-        return False, "not root (network namespaces need root)"
-    if not (shutil.which("ip") or os.path.exists("/usr/sbin/ip") or os.path.exists("/sbin/ip")):
-        return False, "`ip` not found (apt-get install iproute2)"
-    return True, ""
-
-
-def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise SandboxError(f"{' '.join(cmd)} failed: {result.stderr.strip() or result.stdout}")
-    return result
-
-
-def list_lab_namespaces() -> list[str]:
-    out = _run(["ip", "netns", "list"], check=False).stdout
-    return [line.split()[0] for line in out.splitlines()
-            if line.strip().startswith(NS_PREFIX)]
-
-
-def namespace_owner(name: str) -> int | None:
-    """The pid in a lab namespace's name (`ftl-<pid>-<what>`), if it has one."""
-    owner = name[len(NS_PREFIX):].split("-")[0]
-    return int(owner) if owner.isdigit() else None
-
-
-def owned_namespaces(pid: int) -> list[str]:
-    """The lab namespaces that the lab process `pid` made and that still exist."""
-    return [ns for ns in list_lab_namespaces() if namespace_owner(ns) == pid]
-
-
-def pid_alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stale_namespaces() -> list[str]:
-    """Lab namespaces whose lab is gone: named after a pid that no longer runs. A
-    namespace without a pid in its name is not judged (it is not one the lab makes)."""
-    return [ns for ns in list_lab_namespaces()
-            if namespace_owner(ns) is not None and not pid_alive(namespace_owner(ns))]
-
-
-def namespace_pids(name: str) -> list[int]:
-    return [int(p) for p in _run(["ip", "netns", "pids", name], check=False).stdout.split()]
-
-
-def kill_namespace_processes(name: str) -> None:
-    """TERM, then KILL, whatever still runs inside namespace `name`."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = namespace_pids(name)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            if not namespace_pids(name):
-                return
-            time.sleep(0.1)
-
-
-def delete_namespace(name: str) -> None:
-    with uninterrupted():
-        kill_namespace_processes(name)
-        _run(["ip", "netns", "del", name], check=False)
 
 
 def _state_file(pid: int) -> Path:
@@ -158,21 +76,6 @@ def restore_stale_host_sysctls() -> list[str]:
     return restored
 
 
-def read_sysctls(keys, prefix: list[str] | None = None) -> dict[str, str]:
-    """Current values of `keys`, read where `prefix` runs (a namespace or the host)."""
-    values = {}
-    for key in keys:
-        path = "/proc/sys/" + key.replace(".", "/")
-        result = _run([*(prefix or []), "cat", path], check=False)
-        values[key] = " ".join(result.stdout.split()) if result.returncode == 0 else None
-    return values
-
-
-def write_sysctls(settings: dict[str, str], prefix: list[str] | None = None) -> None:
-    for key, value in settings.items():
-        _run([*(prefix or []), "sysctl", "-q", "-w", f"{key}={value}"])
-
-
 # sysctls every report records, whether a stage sets them or not
 REPORTED_SYSCTLS = ("net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range",
                     "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_max_tw_buckets",
@@ -190,8 +93,6 @@ class Sandbox:
 
     def __init__(self, stage: stages.Stage, mode: str = "netns", apply_sysctls: bool = False,
                  placement=None, tag: str | None = None):
-        from benchmarks import hosts  # hosts builds on this module's namespace helpers
-
         if mode not in ("netns", "host"):
             raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
         self.stage, self.mode = stage, mode
@@ -240,8 +141,6 @@ class Sandbox:
 
     def where(self) -> dict[str, dict]:
         """role -> where it ran (address, port, namespace, CPU set), for run.json."""
-        from benchmarks import hosts
-
         return {role: {"address": self.address(role),
                        "port": self.ports.get(role) if role != "client" else None,
                        "namespace": self.namespace(role),

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import cli, metrics, options, results, runner, sandbox, stages
+from benchmarks import cli, hosts, metrics, options, results, runner, stages
 from benchmarks.cli import StageFailed, say
 from benchmarks.stages import Stage
 
@@ -169,7 +169,7 @@ def run_point(stage: Stage, workers: int, repeat: int, sweep_dir: Path,
     point = dataclasses.replace(point, users=(user_class,))
     point_dir = sweep_dir / f"w{workers}-r{repeat}"
     # the name runner.run_stage's Sandbox gives the point's namespace
-    netns = (f"{sandbox.NS_PREFIX}{os.getpid()}-{point.key}-app" if opts.sandbox == "netns"
+    netns = (f"{hosts.NS_PREFIX}{os.getpid()}-{point.key}-app" if opts.sandbox == "netns"
              else None)
     for attempt in (1, 2):
         point_dir.mkdir()

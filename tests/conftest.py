@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from app import create_app, redis_store
-from benchmarks import procs, sandbox
+from benchmarks import hosts, procs
 from benchmarks.stages import ROOT
 
 SECRET = "test-secret-key-not-for-production"
@@ -26,7 +26,7 @@ SECRET = "test-secret-key-not-for-production"
 
 def pytest_collection_modifyitems(config, items):
     """Skip `netns` tests, with the reason, where namespaces cannot be made."""
-    ok, why = sandbox.netns_available()
+    ok, why = hosts.netns_available()
     if ok:
         return
     skip = pytest.mark.skip(reason=f"network namespaces unavailable: {why}")

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import fd_limit, sandbox, stages
+from benchmarks import fd_limit, hosts, stages
 
 ROOT = stages.ROOT
 pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) missing")
@@ -34,7 +34,7 @@ def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
 @pytest.mark.slow
 def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
-    namespaces_before = set(sandbox.list_lab_namespaces())
+    namespaces_before = set(hosts.list_lab_namespaces())
     code, output = run_module(
         "benchmarks.fd_limit", "--nofile", "256,4096", "--connections", "400", "--hold", "2",
         "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
@@ -55,7 +55,7 @@ def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     header = next(ln for ln in output.splitlines() if ln.split()[:2] == ["nofile", "tried"])
     assert header.split()[2:4] == ["ok", "failed"] and "EMFILE" in header
     # nothing left: no namespace of this run, no worker, no Redis or probe
-    assert set(sandbox.list_lab_namespaces()) <= namespaces_before
+    assert set(hosts.list_lab_namespaces()) <= namespaces_before
     for r in (low, high):
         assert not psutil.pid_exists(r["worker_pid"]) or \
             psutil.Process(r["worker_pid"]).status() == psutil.STATUS_ZOMBIE

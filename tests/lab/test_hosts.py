@@ -29,7 +29,7 @@ PORT = 7100
 
 def ours(pid: int) -> list[str]:
     """Lab namespaces named after `pid`."""
-    return [n for n in sandbox.list_lab_namespaces() if hosts.owner_pid(n) == pid]
+    return [n for n in hosts.list_lab_namespaces() if hosts.owner_pid(n) == pid]
 
 
 def run(prefix: list[str], *cmd: str) -> str:
@@ -44,7 +44,7 @@ def root_state() -> dict:
                         for line in run([], "ip", "-o", "link").splitlines()),
         "addrs": run([], "ip", "-o", "addr").split(),
         "routes": run([], "ip", "route", "show", "table", "all").split(),
-        "sysctls": sandbox.read_sysctls(sandbox.REPORTED_SYSCTLS),
+        "sysctls": hosts.read_sysctls(sandbox.REPORTED_SYSCTLS),
     }
 
 
@@ -106,23 +106,21 @@ def test_placement():
 
 
 def test_roles_classes_and_sysctls_per_host():
-    assert hosts.roles(has_front=True) == ("client", "proxy", "app", "redis")
-    assert hosts.roles(has_front=False) == ("client", "app", "redis")
-    assert hosts.classes(True, 6379, 8000, 8080) == {
+    five, two = stages.get("5"), stages.get("2")
+    assert five.roles == ("client", "proxy", "app", "redis")
+    assert two.roles == ("client", "app", "redis")
+    assert five.host_classes() == {
         "redis": ("app", "redis", 6379), "upstream": ("proxy", "app", 8000),
         "front": ("client", "proxy", 8080)}
     # the names the sampler's single-namespace mode uses for the same stage
     for stage in stages.STAGES:
-        assert set(hosts.classes(bool(stage.front), 1, 2, 3)) == set(
-            stage.connection_classes())
-    five = stages.get("5")
+        assert set(stage.host_classes()) == set(stage.connection_classes())
     per_host = hosts.host_sysctls(stages.stage_sysctls(five), stages.sysctl_profile("baseline"),
-                                  hosts.roles(True), hosts.connecting_roles(True))
+                                  five.roles, five.connecting_roles)
     tuned = {"net.ipv4.tcp_tw_reuse": "1", "net.ipv4.ip_local_port_range": "50000 50999"}
     baseline = {"net.ipv4.tcp_tw_reuse": "0"}
     assert per_host == {"client": baseline, "proxy": tuned, "app": tuned, "redis": baseline}
-    no_front = hosts.host_sysctls({"k": "1"}, {"k": "0"}, hosts.roles(False),
-                                  hosts.connecting_roles(False))
+    no_front = hosts.host_sysctls({"k": "1"}, {"k": "0"}, two.roles, two.connecting_roles)
     assert no_front == {"client": {"k": "0"}, "app": {"k": "1"}, "redis": {"k": "0"}}
 
 
@@ -150,7 +148,7 @@ def network():
     before = root_state()
     five = stages.get("5")
     sysctls = hosts.host_sysctls(stages.stage_sysctls(five), stages.sysctl_profile("baseline"),
-                                 hosts.ROLES, hosts.connecting_roles(True))
+                                 hosts.ROLES, stages.get("5").connecting_roles)
     place = hosts.placement()
     with hosts.Network("fix", hosts.ROLES, sysctls=sysctls,
                        cpus=place.cpus(hosts.ROLES)) as net:
@@ -263,7 +261,7 @@ def line_has(line: str, address: str) -> bool:
 def test_sysctls_per_host(network):
     net, _, sysctls, _ = network
     keys = ["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"]
-    seen = {role: sandbox.read_sysctls(keys, net.prefix(role)) for role in hosts.ROLES}
+    seen = {role: hosts.read_sysctls(keys, net.prefix(role)) for role in hosts.ROLES}
     assert seen["proxy"] == seen["app"] == {"net.ipv4.tcp_tw_reuse": "1",
                                             "net.ipv4.ip_local_port_range": "50000 50999"}
     for role in ("client", "redis"):   # the baseline, and the kernel's default port range
@@ -289,7 +287,7 @@ def test_processes_are_pinned_to_their_cpu_set(network, tmp_path):
                            if line.startswith("Cpus_allowed_list:"))
             want = place.client if role == "client" else place.server
             assert hosts.parse_cpus(allowed) == want, (role, allowed)
-            assert proc.pid in sandbox.namespace_pids(net.namespace(role))
+            assert proc.pid in hosts.namespace_pids(net.namespace(role))
         if len(os.sched_getaffinity(0)) >= 2:
             assert not place.overlap
     finally:
@@ -343,7 +341,7 @@ with hosts.Network(tag, ["client", "app"]) as net:
     kids = [subprocess.Popen([*net.prefix("client"), "sleep", "120"], start_new_session=True),
             subprocess.Popen([*net.prefix("app"), *app_cmd], start_new_session=True)]
     deadline = time.monotonic() + 10
-    while not all(sandbox.namespace_pids(net.namespace(r)) for r in ("client", "app")):
+    while not all(hosts.namespace_pids(net.namespace(r)) for r in ("client", "app")):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     time.sleep(0.3)   # the stubborn child has set its handler

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from benchmarks import metrics, nginx_conf, procs, runner, sandbox, stages
+from benchmarks import hosts, metrics, nginx_conf, procs, runner, stages
 
 ROOT = stages.ROOT
 
@@ -44,7 +44,7 @@ def leftovers(pid: int) -> list[str]:
     """What the lab with this pid made and is still there: its namespaces and the
     processes it started (they carry its pid in FTL_LAB_PID). Another lab running on
     the machine at the same time is not judged."""
-    return sandbox.owned_namespaces(pid) + runner.started_by(pid)
+    return hosts.owned_namespaces(pid) + runner.started_by(pid)
 
 
 def read_until(proc: subprocess.Popen, marker: str, seconds: float = 90) -> str:
@@ -173,7 +173,7 @@ def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
         if stage.front:  # the point of per-host sysctls: the client keeps the baseline
             assert seen["client"]["net.ipv4.tcp_tw_reuse"] == baseline["net.ipv4.tcp_tw_reuse"]
     # the host keeps its own values (Linux's defaults here)
-    host = sandbox.read_sysctls(["net.ipv4.ip_local_port_range"])
+    host = hosts.read_sysctls(["net.ipv4.ip_local_port_range"])
     assert host["net.ipv4.ip_local_port_range"] != "50000 50999"
 
 
@@ -219,7 +219,7 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path, presses):
     try:
         read_until(proc, "measuring")
         time.sleep(3)
-        assert len(sandbox.owned_namespaces(proc.pid)) == 1
+        assert len(hosts.owned_namespaces(proc.pid)) == 1
         assert runner.started_by(proc.pid), "the stage's servers run"
         for _ in range(presses - 1):
             proc.send_signal(signal.SIGINT)
@@ -245,13 +245,13 @@ def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
         read_until(killed, "measuring")
         killed.kill()
         killed.wait(timeout=10)
-        assert sandbox.owned_namespaces(killed.pid), "kill -9 leaves the namespace"
+        assert hosts.owned_namespaces(killed.pid), "kill -9 leaves the namespace"
         cleaned = lab("clean", timeout=60)
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
         assert f"ftl-{killed.pid}-2" in cleaned.stdout
         assert leftovers(killed.pid) == []
         # the stage that is up is untouched and still answers
-        assert sandbox.owned_namespaces(up.pid)
+        assert hosts.owned_namespaces(up.pid)
         ok = lab("exec", "--results", up_results, "--", "ss", "-Htln", timeout=30)
         assert ":8000" in ok.stdout, ok.stdout + ok.stderr
     finally:
@@ -264,7 +264,7 @@ def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
 @pytest.mark.slow
 def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_path):
     """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
-    before = sandbox.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
+    before = hosts.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
     result = lab("run", "--sandbox", "host", "--stages", "4", "--duration", "3", "--warmup",
                  "1", "--users", "10", "--results", str(tmp_path), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
@@ -275,7 +275,7 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     assert metrics["requests"] > 0
     seen = json.loads((run_dir / "04-nginx-proxy" / "sysctl.json").read_text())
     assert seen["net.ipv4.ip_local_port_range"] == before["net.ipv4.ip_local_port_range"]
-    assert sandbox.read_sysctls(list(before)) == before
+    assert hosts.read_sysctls(list(before)) == before
     assert leftovers(result.pid) == []
 
 
@@ -309,14 +309,14 @@ def test_clean_restores_sysctls_a_killed_host_mode_run_changed(tmp_path):
         "from benchmarks import sandbox\n"
         "sandbox.HOST_SYSCTL_STATE = Path(sys.argv[1])\n"
         "key = 'net.ipv4.tcp_tw_reuse'\n"
-        "before = sandbox.read_sysctls([key])[key]\n"
+        "before = hosts.read_sysctls([key])[key]\n"
         "dead = 2 ** 22 + 1  # above pid_max's default: no such process\n"
         "sandbox.HOST_SYSCTL_STATE.mkdir(parents=True)\n"
         "(sandbox.HOST_SYSCTL_STATE / f'{dead}.json').write_text(json.dumps({key: before}))\n"
-        "sandbox.write_sysctls({key: '1' if before != '1' else '0'})  # what the run set\n"
-        "changed = sandbox.read_sysctls([key])[key]\n"
+        "hosts.write_sysctls({key: '1' if before != '1' else '0'})  # what the run set\n"
+        "changed = hosts.read_sysctls([key])[key]\n"
         "restored = sandbox.restore_stale_host_sysctls()\n"
-        "print(json.dumps([before, changed, sandbox.read_sysctls([key])[key], restored]))\n")
+        "print(json.dumps([before, changed, hosts.read_sysctls([key])[key], restored]))\n")
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script,

@@ -11,7 +11,7 @@ import csv
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import sandbox, stages, sweep
+from benchmarks import hosts, stages, sweep
 
 ROOT = stages.ROOT
 
@@ -48,7 +48,7 @@ def test_summary_has_mean_and_stdev_per_worker_count():
 @pytest.mark.slow
 def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
-    namespaces_before = set(sandbox.list_lab_namespaces())
+    namespaces_before = set(hosts.list_lab_namespaces())
     code, output = run_module(
         "benchmarks.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
         "--warmup", "1", "--users", "20", "--spawn-rate", "20", "--results", str(results),
@@ -62,11 +62,11 @@ def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     for r in rows:
         assert float(r["rps"]) > 0 and float(r["app_cpu"]) > 0, r
         assert float(r["app_cpu_ms_per_req"]) > 0, r
-        if sandbox.netns_available()[0]:  # context switches are read per namespace
+        if hosts.netns_available()[0]:  # context switches are read per namespace
             assert r["cs_invol_per_req"] != "" and r["cs_vol_per_req"] != "", r
     assert (sweep_dir / "w2-r1" / stages.get("2").dirname / "locust_stats.csv").exists()
     assert "req/s (mean ± sd)" in output
     table_rows = [ln.split() for ln in output.splitlines() if ln.split()[:1] in (["1"], ["2"])]
     assert [t[0] for t in table_rows[-2:]] == ["1", "2"]
-    assert set(sandbox.list_lab_namespaces()) <= namespaces_before
+    assert set(hosts.list_lab_namespaces()) <= namespaces_before
     assert running_with(str(tmp_path)) == []
