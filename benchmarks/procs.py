@@ -8,6 +8,7 @@ test fixtures alike.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -115,7 +116,12 @@ REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as roo
 
 
 def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str]:
-    """A Redis of its own: loopback only, its data in `workdir`.
+    """A Redis of its own, listening on `host` only, its data in `workdir`.
+
+    Protected mode (no password: loopback clients only) stays on for a
+    loopback `host`. On a lab host's own address it would refuse the app host
+    (`DENIED Redis is running in protected mode`), so it is off there: that
+    address is on the lab's private bridge, which no real network reaches.
 
     Persistence is the append-only file, written before Redis answers each
     write and fsynced once a second (`appendfsync everysec`): a Redis that is
@@ -125,9 +131,11 @@ def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str
     and a snapshot would fork a copy of Redis in the middle of a measurement.
     """
     exe = require_binary("redis-server", REDIS_HINT)
+    loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    protected = "yes" if loopback else "no"
     return [exe, "--port", str(port), "--bind", host, "--save", "",
             "--appendonly", "yes", "--appendfsync", "everysec",
-            "--dir", str(workdir), "--protected-mode", "yes", "--daemonize", "no",
+            "--dir", str(workdir), "--protected-mode", protected, "--daemonize", "no",
             "--loglevel", "warning"]
 
 

@@ -266,6 +266,10 @@ def test_redis_command_keeps_an_append_only_file(tmp_path):
     command = procs.redis_command(6379, tmp_path)
     assert command[command.index("--appendonly") + 1] == "yes"
     assert command[command.index("--appendfsync") + 1] == "everysec"
+    assert command[command.index("--protected-mode") + 1] == "yes"
+    # On a lab host's address protected mode would refuse the app host.
+    on_a_host = procs.redis_command(6379, tmp_path, host="198.18.0.40")
+    assert on_a_host[on_a_host.index("--protected-mode") + 1] == "no"
     server = RedisProcess(tmp_path)
     server.start()
     try:
