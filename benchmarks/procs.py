@@ -8,6 +8,7 @@ test fixtures alike.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import signal
@@ -117,6 +118,11 @@ REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as roo
 def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str]:
     """A Redis of its own, listening on `host` only, its data in `workdir`.
 
+    Protected mode (no password: loopback clients only) stays on for a
+    loopback `host`. On a lab host's own address it would refuse the app host
+    (`DENIED Redis is running in protected mode`), so it is off there: that
+    address is on the lab's private bridge, which no real network reaches.
+
     Persistence is the append-only file, written before Redis answers each
     write and fsynced once a second (`appendfsync everysec`): a Redis that is
     killed or restarted loses nothing it acknowledged (only a crash of the
@@ -125,10 +131,8 @@ def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str
     and a snapshot would fork a copy of Redis in the middle of a measurement.
     """
     exe = require_binary("redis-server", REDIS_HINT)
-    # Protected mode (only loopback clients) stays on for loopback; on a lab host
-    # (198.18.0.x) the app connects from another host, and only the lab's bridge
-    # reaches that address.
-    protected = "yes" if host.startswith("127.") else "no"
+    loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    protected = "yes" if loopback else "no"
     return [exe, "--port", str(port), "--bind", host, "--save", "",
             "--appendonly", "yes", "--appendfsync", "everysec",
             "--dir", str(workdir), "--protected-mode", protected, "--daemonize", "no",

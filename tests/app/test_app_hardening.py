@@ -279,7 +279,7 @@ def test_login_costs_the_same_for_unknown_and_known_emails(make_app):
 
     def median_ms(email):
         times = []
-        for _ in range(5):
+        for _ in range(7):
             started = time.perf_counter()
             response = client.post("/auth/login", json={"email": email, "password": "wrong-pw!"})
             times.append((time.perf_counter() - started) * 1000)
@@ -287,7 +287,8 @@ def test_login_costs_the_same_for_unknown_and_known_emails(make_app):
         return statistics.median(times)
 
     known, unknown = median_ms("known@example.test"), median_ms("unknown@example.test")
-    assert 0.6 < unknown / known < 1.6, (known, unknown)
+    # Before the fix the lab's setting gave 6.4 ms against 169 ms (a factor of 26).
+    assert 0.5 < unknown / known < 2, (known, unknown)
 
 
 # --- input ------------------------------------------------------------------------
