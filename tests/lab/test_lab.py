@@ -191,11 +191,14 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     proc = start_lab("up", "2", "--results", results)
     try:
         seen = read_until(proc, "is up:")
-        assert "is up: http://127.0.0.1:8000" in seen, seen
-        out = lab("exec", "--results", results, "--", "ss", "-Htln", timeout=30)
-        assert out.returncode == 0, out.stderr
-        listening = out.stdout
-        assert ":6379" in listening and ":8000" in listening
+        assert "is up: http://198.18.0.30:8000" in seen, seen
+        # each server listens on its own host, and nothing listens on the client's
+        listening = {host: lab("exec", "--results", results, "--host", host, "--",
+                               "ss", "-Htln", timeout=30).stdout
+                     for host in ("client", "app", "redis")}
+        assert "198.18.0.30:8000" in listening["app"] and ":6379" not in listening["app"]
+        assert "198.18.0.40:6379" in listening["redis"]
+        assert listening["client"].strip() == ""
         curl = lab("exec", "--results", results, "--", sys.executable, "-c",
                    "import os, urllib.request; "
                    "print(urllib.request.urlopen(os.environ['LOCUST_HOST'] + '/healthz').status)",
@@ -219,7 +222,8 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path, presses):
     try:
         read_until(proc, "measuring")
         time.sleep(3)
-        assert len(hosts.owned_namespaces(proc.pid)) == 1
+        # a host per role of stage 4 (client, proxy, app, redis) and the bridge's
+        assert len(hosts.owned_namespaces(proc.pid)) == 5
         assert runner.started_by(proc.pid), "the stage's servers run"
         for _ in range(presses - 1):
             proc.send_signal(signal.SIGINT)
@@ -248,11 +252,12 @@ def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
         assert hosts.owned_namespaces(killed.pid), "kill -9 leaves the namespace"
         cleaned = lab("clean", timeout=60)
         assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
-        assert f"ftl-{killed.pid}-2" in cleaned.stdout
+        assert f"ftl-{killed.pid}-2-app" in cleaned.stdout
         assert leftovers(killed.pid) == []
         # the stage that is up is untouched and still answers
         assert hosts.owned_namespaces(up.pid)
-        ok = lab("exec", "--results", up_results, "--", "ss", "-Htln", timeout=30)
+        ok = lab("exec", "--results", up_results, "--host", "app", "--", "ss", "-Htln",
+                 timeout=30)
         assert ":8000" in ok.stdout, ok.stdout + ok.stderr
     finally:
         killed.kill()
@@ -274,7 +279,9 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     metrics = json.loads((run_dir / "04-nginx-proxy" / "metrics.json").read_text())
     assert metrics["requests"] > 0
     seen = json.loads((run_dir / "04-nginx-proxy" / "sysctl.json").read_text())
-    assert seen["net.ipv4.ip_local_port_range"] == before["net.ipv4.ip_local_port_range"]
+    for role in stages.get("4").roles:  # every role ran on the machine, with its sysctls
+        assert seen[role]["net.ipv4.ip_local_port_range"] == before[
+            "net.ipv4.ip_local_port_range"]
     assert hosts.read_sysctls(list(before)) == before
     assert leftovers(result.pid) == []
 
@@ -306,7 +313,7 @@ def test_clean_restores_sysctls_a_killed_host_mode_run_changed(tmp_path):
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from benchmarks import sandbox\n"
+        "from benchmarks import hosts, sandbox\n"
         "sandbox.HOST_SYSCTL_STATE = Path(sys.argv[1])\n"
         "key = 'net.ipv4.tcp_tw_reuse'\n"
         "before = hosts.read_sysctls([key])[key]\n"
