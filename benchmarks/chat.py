@@ -55,6 +55,11 @@ retries: the service stores it once.
   (default 0.05 and 0.2: heavy load, but still a think time).
 - CHAT_HOST: the default host when no `--host` is given
   (default http://127.0.0.1:8000, the lab's app port).
+- CHAT_SOCKETIO_USERS: run exactly this many `SocketIOChatUser`s, the rest of
+  `-u` going to the other classes (default 0: by weight). The lab runs 10 beside
+  its HTTP users, so every stage's HTTP load is the same.
+- CHAT_SOCKETIO_PACE: seconds between the messages of one Socket.IO user
+  (default 1: a chatty person, not a load generator).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from locust import FastHttpUser, between, constant, run_single_user, task
+from locust import FastHttpUser, between, constant, constant_pacing, run_single_user, task
 
 # isort: split
 # After locust, whose import monkey-patches the standard library for gevent:
@@ -78,6 +83,8 @@ import socketio
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 WAIT_MIN = float(os.environ.get("CHAT_WAIT_MIN", "0.05"))
 WAIT_MAX = max(WAIT_MIN, float(os.environ.get("CHAT_WAIT_MAX", "0.2")))
+SOCKETIO_USERS = int(os.environ.get("CHAT_SOCKETIO_USERS", "0"))
+SOCKETIO_PACE = float(os.environ.get("CHAT_SOCKETIO_PACE", "1"))
 HISTORY_LIMIT = 20
 SOCKET_TIMEOUT = 10  # seconds for a Socket.IO connect or ack
 PASSWORD = "load-test-password"
@@ -328,6 +335,9 @@ class SocketIOChatUser(SignedInUser):
     """
 
     weight = 1
+    fixed_count = SOCKETIO_USERS
+    # a steady background beside the HTTP load, reported apart from it (WSIO)
+    wait_time = constant_pacing(SOCKETIO_PACE)
     sio: socketio.Client | None = None
     outbox: Outbox | None = None
 

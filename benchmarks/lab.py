@@ -238,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds of load before measuring")
     run.add_argument("--wait-max", type=float, default=defaults.wait_max,
                      help="most seconds a Locust user waits between tasks (CHAT_WAIT_MAX)")
+    run.add_argument("--socketio-users", type=int, default=defaults.socketio_users,
+                     help="Socket.IO users beside the HTTP users, in the stages that have "
+                          "them (3 and up), reported apart")
     run.add_argument("--locust-args", default="",
                      help="more Locust options, e.g. '--processes 2'")
     run.add_argument("--target", help="load only this URL (a stack that runs elsewhere)")

@@ -24,7 +24,7 @@ EADDRNOTAVAIL = "(99: Cannot assign requested address)"
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
 SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
-                   "client_cpu_p95")
+                   "client_cpu_p95", "sio_rps", "sio_p95_ms")
 # Locust imports its locustfile and spawns its users in the first seconds of the
 # sampler's series: its CPU then says nothing about the load it generates.
 CLIENT_START_S = 2.0

@@ -30,6 +30,7 @@ class RunOptions:
     spawn_rate: float = 50.0  # users started per second
     warmup: float = 5.0  # seconds of load before measuring
     wait_max: float = 0.01  # most seconds a Locust user waits between tasks
+    socketio_users: int = 10  # Socket.IO users beside the HTTP users, in stages that have them
     locust_args: tuple[str, ...] = ()  # more Locust options, already split
     sandbox: str = "auto"  # auto | netns | host
     apply_host_sysctls: bool = False  # host mode: set the stage's sysctls on the host
@@ -49,6 +50,8 @@ class RunOptions:
             raise OptionsError(f"--spawn-rate must be above 0 (got {self.spawn_rate:g})")
         if self.warmup < 0:
             raise OptionsError(f"--warmup cannot be negative (got {self.warmup:g})")
+        if self.socketio_users < 0:
+            raise OptionsError(f"--socketio-users cannot be negative (got {self.socketio_users})")
         if self.wait_max < 0:
             raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
         if self.sandbox not in SANDBOXES:
@@ -71,7 +74,8 @@ class RunOptions:
         """What run.json records of these options."""
         return {"stages": self.stage_keys, "duration_s": self.duration, "users": self.users,
                 "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
-                "wait_max_s": self.wait_max, "sandbox": self.sandbox,
+                "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
+                "sandbox": self.sandbox,
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
 
 
@@ -97,6 +101,7 @@ def from_args(args) -> RunOptions:
     return RunOptions(
         stages=select_stages(args.stages), duration=args.duration, users=args.users,
         spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
+        socketio_users=args.socketio_users,
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus)

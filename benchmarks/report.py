@@ -23,6 +23,7 @@ TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (s
                  ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
                  ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
                  ("tw_front_peak", "TW front"), ("client_cpu_p95", "client CPU p95 %"),
+                 ("sio_rps", "WS acks/s"), ("sio_p95_ms", "ack p95 ms"),
                  ("checks", "checks"))
 
 
@@ -145,7 +146,9 @@ def write(run_dir: Path) -> None:
         "",
         "TW = peak TIME_WAIT sockets of each connection class: `redis` app to Redis, "
         "`upstream` Nginx to app, `front` client to the entry point. RPS = answered HTTP "
-        "requests a second as Locust counted them (Socket.IO acks are reported apart); "
+        "requests a second as Locust counted them; the Socket.IO users' messages (stages "
+        "3 and up: a steady background beside the same HTTP users) are reported apart, "
+        "as WS acks/s and their ack round trip; "
         "RPS (server) = the same, counted in the entry point's access log. Client CPU = "
         "Locust's p95 over the load (its start-up left out), in % of one core. Every figure "
         "comes from the files in the stage's folder: `locust.json` (RPS, percentiles, "

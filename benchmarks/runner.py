@@ -32,6 +32,7 @@ from benchmarks.stages import ROOT, Stage
 
 VENV_BIN = Path(sys.executable).parent
 LOCUSTFILE = "benchmarks/chat.py"
+SOCKETIO_CLASS = "SocketIOChatUser"
 FRIENDS_PER_USER = 5
 # Every process the lab starts carries this variable with the lab's pid, so what a
 # lab left behind can be told from what another lab (or a test) runs.
@@ -220,9 +221,16 @@ def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
     return result
 
 
+def socketio_users(opts: RunOptions, user_classes) -> int:
+    """The Socket.IO users that run beside the HTTP users (0 where the stage has none)."""
+    return opts.socketio_users if SOCKETIO_CLASS in user_classes else 0
+
+
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                    csv_prefix: Path | None) -> list[str]:
-    cmd = [tool("locust"), "-f", LOCUSTFILE, "--headless", "-u", str(opts.users), "-r",
+    # Socket.IO users come on top, so every stage has the same HTTP users
+    users = opts.users + socketio_users(opts, user_classes)
+    cmd = [tool("locust"), "-f", LOCUSTFILE, "--headless", "-u", str(users), "-r",
            str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals
@@ -259,9 +267,10 @@ class Load:
     sampler_prefix: list[str] = field(default_factory=list)
 
 
-def locust_env(opts: RunOptions, users_file: Path | None) -> dict:
+def locust_env(opts: RunOptions, users_file: Path | None, user_classes) -> dict:
     # the lab wants the server saturated: almost no think time between tasks
     return child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
+                     CHAT_SOCKETIO_USERS=socketio_users(opts, user_classes),
                      **({"CHAT_USERS_FILE": users_file} if users_file else {}))
 
 
@@ -279,7 +288,7 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     prefix = stage_dir / WARMUP_PREFIX
     cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None),
            "--json-file", str(prefix)]
-    run_quiet([*load.client, *cmd], locust_env(opts, users_file),
+    run_quiet([*load.client, *cmd], locust_env(opts, users_file, user_classes),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
@@ -312,7 +321,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
             user_classes) -> int | None:
     """The measured Locust run with the sampler beside it. Returns where
     `load.count_log` ended when it started (what the log gains is that run's)."""
-    env = locust_env(opts, users_file)
+    env = locust_env(opts, users_file, user_classes)
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX)
     shown = shlex.join([results.rel(cmd[0]), *cmd[1:]])
