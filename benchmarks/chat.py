@@ -2,63 +2,48 @@
 
 What it teaches: how a realistic mix of chat traffic (log in once, then read
 a room's history, post, list friends, ...) and long-lived Socket.IO
-connections load each stage of the stack, and, with `KeyValueUser`, the
-book's one-URL SET+GET benchmark for comparison with its siege figures
-(413 trans/s on the built-in server, 419 on gunicorn `-w 4`, 683 with a
-Redis connection pool).
+connections load each stage of the stack. The book's one-URL benchmark is
+`benchmarks/kv.py`.
 
 Run it against any running instance (it never imports the app):
 
-    locust -f benchmarks/chat.py --host http://127.0.0.1:8000
-
+    locust                                     # pyproject.toml names this file
     locust -f benchmarks/chat.py --host http://127.0.0.1:8000 \\
         --headless -u 50 -r 10 -t 30s --csv results/chat ChatUser SocketIOChatUser
 
-Name the user classes to run on the command line: the lab always does. The
-classes have plain weights (4, 1, 1), so without names all three run, the
-benchmark endpoint included; `KeyValueUser` alone is the book's benchmark:
-
-    locust -f benchmarks/chat.py --host http://127.0.0.1:8000 \\
-        --headless -u 20 -r 20 -t 30s KeyValueUser
-
-- `ChatUser`: HTTP chat traffic, weighted tasks, responses validated.
-- `SocketIOChatUser`: one Socket.IO connection (websocket transport only, so
-  no sticky sessions are needed behind several gunicorn workers) that joins
-  a room and sends messages; each ack's round trip is a `WSIO sendMessage`
-  request in Locust's stats.
-- `KeyValueUser`: `GET /kv/<key>` (SET then GET in Redis), no wait between
-  requests, like siege's benchmark mode: the number of users is siege's `-c`.
+- `ChatUser` (weight 4): HTTP chat traffic, weighted tasks, responses validated.
+- `SocketIOChatUser` (weight 1): one Socket.IO connection (websocket transport
+  only, so no sticky sessions are needed behind several gunicorn workers) that
+  joins a room and sends a message every `--chat-socketio-pace` seconds; each
+  ack's round trip is a `WSIO sendMessage` request in Locust's stats, which
+  the lab reports apart from the HTTP requests.
 
 Every chat user logs in once when it starts, and the app's password check
 costs tens of milliseconds of CPU by design: the first seconds of a run are a
-login burst. Warm up before recording (the lab does). With no think time,
-`KeyValueUser` can keep Locust itself at 100% of a core: watch its CPU.
+login burst. Warm up before recording (the lab does). Every message carries a
+key (an `Idempotency-Key` header over HTTP, a `clientId` over Socket.IO) and a
+message that failed (a 503, a timeout) is sent again with the same key by the
+user's next post, as a real client retries: the service stores it once.
 
 A step load that finds the saturation point lives in `step_load.py`:
 `locust -f benchmarks/chat.py,benchmarks/step_load.py --headless ChatUser`.
 Debug one scenario in-process: `python benchmarks/chat.py` (runs one ChatUser
-against CHAT_HOST).
+against CHAT_HOST, default http://127.0.0.1:8000).
 
-Environment:
-- CHAT_USERS_FILE: JSON list of `{email, password, ...}` written by
-  `flask --app app seed-users --out FILE` (seeded friendships are accepted
-  ones). Each simulated user logs in as the next entry, cycling (per Locust
-  process). Unset: each simulated user registers a fresh account and, when it
-  has no friend, a friend too; friendship is by consent, so the friend logs in
-  and asks back.
-
-Every message carries a key (an `Idempotency-Key` header over HTTP, a
-`clientId` over Socket.IO) and a message that failed (a 503, a timeout) is
-sent again with the same key by the user's next post, as a real client
-retries: the service stores it once.
-- CHAT_WAIT_MIN, CHAT_WAIT_MAX: seconds a chat user waits between tasks
-  (default 0.05 and 0.2: heavy load, but still a think time).
-- CHAT_HOST: the default host when no `--host` is given
-  (default http://127.0.0.1:8000, the lab's app port).
-- CHAT_SOCKETIO_USERS: run exactly this many `SocketIOChatUser`s, the rest of
-  `-u` going to the other classes (default 0: by weight). The lab runs 10 beside
-  its HTTP users, so every stage's HTTP load is the same.
-- CHAT_SOCKETIO_PACE: seconds between the messages of one Socket.IO user
+Settings (`locust --help`, the web UI's form, or `LOCUST_CHAT_...` variables;
+the older `CHAT_...` variables still give their defaults):
+- `--chat-users-file`: JSON list of `{email, password, ...}` written by
+  `flask --app app seed-users --out FILE` (seeded friendships are accepted).
+  Each simulated user logs in as the next entry, cycling (per Locust
+  process). Empty: each simulated user registers a fresh account and, when
+  it has no friend, a friend too; friendship is by consent, so the friend
+  logs in and asks back.
+- `--chat-wait-min`, `--chat-wait-max`: seconds a chat user waits between
+  tasks (default 0.05 and 0.2: heavy load, but still a think time).
+- `--chat-socketio-users`: run exactly this many `SocketIOChatUser`s, the
+  rest of `-u` going to `ChatUser` (default 0: by weight). The lab runs 10
+  on top of its HTTP users, so every stage has the same HTTP load.
+- `--chat-socketio-pace`: seconds between one Socket.IO user's messages
   (default 1: a chatty person, not a load generator).
 """
 
@@ -72,7 +57,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from locust import FastHttpUser, between, constant, constant_pacing, run_single_user, task
+from locust import FastHttpUser, constant_pacing, events, run_single_user, task
 
 # isort: split
 # After locust, whose import monkey-patches the standard library for gevent:
@@ -81,10 +66,57 @@ from locust import FastHttpUser, between, constant, constant_pacing, run_single_
 import socketio
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
-WAIT_MIN = float(os.environ.get("CHAT_WAIT_MIN", "0.05"))
-WAIT_MAX = max(WAIT_MIN, float(os.environ.get("CHAT_WAIT_MAX", "0.2")))
-SOCKETIO_USERS = int(os.environ.get("CHAT_SOCKETIO_USERS", "0"))
-SOCKETIO_PACE = float(os.environ.get("CHAT_SOCKETIO_PACE", "1"))
+
+
+@dataclass(frozen=True)
+class Option:
+    """A scenario setting: a Locust option (`--chat-...`, `LOCUST_CHAT_...`, the web UI's
+    form), whose default still comes from the older `CHAT_...` variable when set."""
+
+    name: str  # the part after --chat-
+    type: type
+    default: object
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return "chat_" + self.name.replace("-", "_")
+
+    def initial(self):
+        return self.type(os.environ.get("CHAT_" + self.name.upper().replace("-", "_"),
+                                        self.default))
+
+
+OPTIONS = (
+    Option("users-file", str, "", "JSON list of {email, password} written by `flask --app "
+           "app seed-users --out FILE`; empty: each user registers a fresh account"),
+    Option("wait-min", float, 0.05, "least seconds a chat user waits between tasks"),
+    Option("wait-max", float, 0.2, "most seconds a chat user waits between tasks"),
+    Option("socketio-users", int, 0, "run exactly this many SocketIOChatUsers, the rest "
+           "of the users going to the other classes (0: by weight)"),
+    Option("socketio-pace", float, 1.0, "seconds between the messages of one Socket.IO user"),
+)
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser):
+    for opt in OPTIONS:
+        parser.add_argument(f"--chat-{opt.name}", type=opt.type, default=opt.initial(),
+                            env_var=f"LOCUST_CHAT_{opt.name.upper().replace('-', '_')}",
+                            help=f"chat scenario: {opt.help}")
+
+
+def setting(environment, name: str):
+    """A scenario setting as this run has it (its default when run outside Locust's CLI)."""
+    opt = next(o for o in OPTIONS if o.name == name)
+    parsed = getattr(environment, "parsed_options", None)
+    return getattr(parsed, opt.dest, None) if parsed is not None else opt.initial()
+
+
+@events.test_start.add_listener
+def apply_fixed_count(environment, **_kwargs):
+    # Locust reads fixed_count when it spreads the users over the classes
+    SocketIOChatUser.fixed_count = setting(environment, "socketio-users")
 HISTORY_LIMIT = 20
 SOCKET_TIMEOUT = 10  # seconds for a Socket.IO connect or ack
 PASSWORD = "load-test-password"
@@ -108,18 +140,17 @@ _seeded: list[dict] | None = None
 _next_seeded = itertools.count()
 
 
-def seeded_users() -> list[dict]:
-    """The CHAT_USERS_FILE entries (read once), or [] when it is not set."""
+def seeded_users(path: str) -> list[dict]:
+    """The users file's entries (read once), or [] when there is none."""
     global _seeded
     if _seeded is None:
-        path = os.environ.get("CHAT_USERS_FILE")
         if not path:
             _seeded = []
         else:
             data = json.loads(Path(path).read_text())
             _seeded = data["users"] if isinstance(data, dict) else data
             if not _seeded:
-                raise ValueError(f"CHAT_USERS_FILE={path} holds no users")
+                raise ValueError(f"--chat-users-file {path} holds no users")
     return _seeded
 
 
@@ -150,13 +181,13 @@ def register(client, prefix: str = "load") -> dict | None:
     return body and {**account, "id": body["id"]}
 
 
-def open_chat(client) -> Chat | None:
+def open_chat(client, users_file: str) -> Chat | None:
     """Log in (seeded account or a fresh one), find a friend, find-or-create their room.
 
     Every request is recorded in Locust's stats; on any failure the failure
     is recorded there too and None is returned (the caller tries again later).
     """
-    users = seeded_users()
+    users = seeded_users(users_file)
     account = users[next(_next_seeded) % len(users)] if users else register(client)
     if not account:
         return None
@@ -217,7 +248,9 @@ class SignedInUser(FastHttpUser):
 
     abstract = True
     host = HOST
-    wait_time = between(WAIT_MIN, WAIT_MAX)
+    def wait_time(self):
+        low = setting(self.environment, "wait-min")
+        return random.uniform(low, max(low, setting(self.environment, "wait-max")))
     # Fail fast instead of Locust's 60 s: a stage that drops connections should
     # show errors, not hung users.
     connection_timeout = 5.0
@@ -231,7 +264,7 @@ class SignedInUser(FastHttpUser):
         """True when a session is open (opening one if needed: a stage may have
         refused the first try, e.g. Nginx's 502s; keep the load going)."""
         if self.chat is None:
-            self.chat = open_chat(self.client)
+            self.chat = open_chat(self.client, setting(self.environment, "users-file"))
         return self.chat is not None
 
 
@@ -335,9 +368,11 @@ class SocketIOChatUser(SignedInUser):
     """
 
     weight = 1
-    fixed_count = SOCKETIO_USERS
-    # a steady background beside the HTTP load, reported apart from it (WSIO)
-    wait_time = constant_pacing(SOCKETIO_PACE)
+    fixed_count = 0  # --chat-socketio-users, applied when the test starts
+
+    def wait_time(self):
+        # a steady background beside the HTTP load, reported apart from it (WSIO)
+        return constant_pacing(setting(self.environment, "socketio-pace"))(self)
     sio: socketio.Client | None = None
     outbox: Outbox | None = None
 
@@ -402,28 +437,6 @@ def check_ack(ack, meta: dict, *keys: str) -> None:
     missing = [k for k in keys if not isinstance(ack, dict) or k not in ack]
     if missing:
         raise AckError(f"ack lacks {', '.join(missing)}: {str(ack)[:200]}")
-
-
-class KeyValueUser(FastHttpUser):
-    """The book's benchmark: `GET /kv/<key>` SETs the key in Redis, then GETs it.
-
-    No think time, like `siege -b`; compare its requests/s with the chapter's
-    413 -> 419 -> 683 trans/s. Run it alone, by name.
-    """
-
-    weight = 1
-    host = HOST
-    wait_time = constant(0)
-    connection_timeout = 5.0
-    network_timeout = 10.0
-    key = "bench"
-
-    @task
-    def set_and_get(self):
-        with self.client.get(f"/kv/{self.key}", name="/kv/[key]", catch_response=True) as r:
-            body = expect(r, 200, "key", "value")
-            if body is not None and body["key"] != self.key:
-                r.failure(f"asked for key {self.key}, got {body['key']}")
 
 
 if __name__ == "__main__":

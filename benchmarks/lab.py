@@ -144,7 +144,7 @@ def cmd_up(args) -> int:
     with running_stage(stage, opts) as (box, stack, users_file):
         results.write_json(state, {
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
-            "users_file": str(users_file),
+            "users_file": str(users_file), "user_classes": list(stage.users),
             "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
                              "port": box.port(role) if role != "client" else None}
                       for role in box.roles}})
@@ -184,7 +184,10 @@ def cmd_exec(args) -> int:
         raise options.OptionsError(f"stage {state['stage']} has no host {args.host!r}; "
                                    f"its hosts: {', '.join(state['hosts'])}")
     prefix = state["hosts"][args.host]["prefix"]
-    env = child_env(LOCUST_HOST=state["url"], CHAT_USERS_FILE=state["users_file"])
+    # a bare `locust` (pyproject.toml names benchmarks/chat.py) runs the stage's users,
+    # logged in as its seeded accounts
+    env = child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
+                    LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode
     except FileNotFoundError as e:

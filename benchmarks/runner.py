@@ -32,6 +32,7 @@ from benchmarks.stages import ROOT, Stage
 
 VENV_BIN = Path(sys.executable).parent
 LOCUSTFILE = "benchmarks/chat.py"
+KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
 SOCKETIO_CLASS = "SocketIOChatUser"
 FRIENDS_PER_USER = 5
 # Every process the lab starts carries this variable with the lab's pid, so what a
@@ -227,12 +228,18 @@ def socketio_users(opts: RunOptions, user_classes) -> int:
 
 
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
-                   csv_prefix: Path | None) -> list[str]:
+                   csv_prefix: Path | None, users_file: Path | None = None) -> list[str]:
     # Socket.IO users come on top, so every stage has the same HTTP users
     users = opts.users + socketio_users(opts, user_classes)
-    cmd = [tool("locust"), "-f", LOCUSTFILE, "--headless", "-u", str(users), "-r",
-           str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
+    cmd = [tool("locust"), "-f", locustfile(user_classes), "--headless", "-u", str(users),
+           "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
+    if locustfile(user_classes) == LOCUSTFILE:
+        # the lab wants the server saturated: almost no think time between tasks
+        cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
+                "--chat-socketio-users", str(socketio_users(opts, user_classes))]
+        if users_file:
+            cmd += ["--chat-users-file", str(users_file)]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals
         cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix)]
     return [*cmd, *opts.locust_args, *user_classes]
@@ -267,11 +274,8 @@ class Load:
     sampler_prefix: list[str] = field(default_factory=list)
 
 
-def locust_env(opts: RunOptions, users_file: Path | None, user_classes) -> dict:
-    # the lab wants the server saturated: almost no think time between tasks
-    return child_env(CHAT_WAIT_MIN=0, CHAT_WAIT_MAX=opts.wait_max,
-                     CHAT_SOCKETIO_USERS=socketio_users(opts, user_classes),
-                     **({"CHAT_USERS_FILE": users_file} if users_file else {}))
+def locustfile(user_classes) -> str:
+    return KV_LOCUSTFILE if "KeyValueUser" in user_classes else LOCUSTFILE
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -286,9 +290,9 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         return None
     say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
     prefix = stage_dir / WARMUP_PREFIX
-    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None),
+    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file),
            "--json-file", str(prefix)]
-    run_quiet([*load.client, *cmd], locust_env(opts, users_file, user_classes),
+    run_quiet([*load.client, *cmd], child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
@@ -321,9 +325,9 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
             user_classes) -> int | None:
     """The measured Locust run with the sampler beside it. Returns where
     `load.count_log` ended when it started (what the log gains is that run's)."""
-    env = locust_env(opts, users_file, user_classes)
+    env = child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
-                         stage_dir / results.LOCUST_PREFIX)
+                         stage_dir / results.LOCUST_PREFIX, users_file)
     shown = shlex.join([results.rel(cmd[0]), *cmd[1:]])
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")

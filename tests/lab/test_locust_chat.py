@@ -64,7 +64,8 @@ def users_file(redis_url, tmp_path_factory) -> Path:
 def locust(url: str, workdir: Path, args: list[str], env: dict | None = None,
            locustfile: str = str(LOCUSTFILE)) -> tuple[subprocess.CompletedProcess, Path]:
     """Run Locust headless (its run ends by itself; the timeout is a safety net)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "STEP_"))}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("CHAT_", "STEP_", "LOCUST_"))}
     prefix = workdir / "x"
     result = subprocess.run(
         [str(VENV_BIN / "locust"), "-f", locustfile, "--headless", "--only-summary",
@@ -94,7 +95,7 @@ def assert_no_failures(rows: dict, why: str) -> None:
 def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, tmp_path):
     result, prefix = locust(eventlet_server, tmp_path,
                             ["-u", "10", "-r", "10", "-t", "8s", "ChatUser", "SocketIOChatUser"],
-                            env={"CHAT_USERS_FILE": str(users_file)})
+                            env={"LOCUST_CHAT_USERS_FILE": str(users_file)})
     why = explain(result, prefix)
     assert result.returncode == 0, why
     rows = stats(prefix)
@@ -106,7 +107,8 @@ def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, t
 
 def test_key_value_user_alone_against_sync_workers(redis_url, tmp_path):
     with gunicorn(redis_url, tmp_path, SYNC) as url:
-        result, prefix = locust(url, tmp_path, ["-u", "5", "-r", "5", "-t", "4s", "KeyValueUser"])
+        result, prefix = locust(url, tmp_path, ["-u", "5", "-r", "5", "-t", "4s", "KeyValueUser"],
+                                locustfile=str(ROOT / "benchmarks" / "kv.py"))
     why = explain(result, prefix)
     assert result.returncode == 0, why
     rows = stats(prefix)
@@ -129,3 +131,12 @@ def test_step_load_adds_users_step_by_step_and_stops_by_itself(eventlet_server, 
     rows = stats(prefix)
     assert int(rows[("POST", "/auth/register")]["Request Count"]) >= 12, why  # 6 users + friends
     assert_no_failures(rows, why)
+
+
+def test_a_bare_locust_in_the_repository_finds_the_chat_scenario():
+    """pyproject.toml's [tool.locust] names benchmarks/chat.py: chat traffic only."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}
+    listed = subprocess.run([str(VENV_BIN / "locust"), "--list"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, env=clean)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split()[2:] == ["ChatUser", "SocketIOChatUser"], listed.stdout
