@@ -25,7 +25,18 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import cli, hosts, metrics, nginx_conf, procs, results, sampler, sandbox, stages
+from benchmarks import (
+    cli,
+    hosts,
+    metrics,
+    nginx_conf,
+    procs,
+    progress,
+    results,
+    sampler,
+    sandbox,
+    stages,
+)
 from benchmarks.cli import StageFailed, say
 from benchmarks.options import OptionsError, RunOptions
 from benchmarks.stages import ROOT, Stage
@@ -338,14 +349,18 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         # stop just before Locust's users close their connections
         duration=max(1.0, opts.duration - 0.5), **load.sampler)],
         log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT)
+    watch = progress.Watch(stage_dir, front=load.url != load.warmup_url)
     try:
         deadline = time.monotonic() + opts.duration + 60
         started, last = time.monotonic(), 0.0
         while locust.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
+            news = watch.news()
+            if news:
+                say(f"  {time.monotonic() - started:5.0f} s  {news}")
             if time.monotonic() - last >= 5:
                 last = time.monotonic()
-                say(f"  {time.monotonic() - started:5.0f} s  {progress_line(stage_dir)}")
+                say(watch.line(last - started))
         if locust.poll() is None:
             raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
         sampler_proc.wait(timeout=15)
@@ -362,23 +377,6 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         run_quiet([*prefix, sys.executable, "-m", "benchmarks.sampler", "--snapshot", str(out)],
                   child_env(), stage_dir / "sampler.log", timeout=120)
     return count_from
-
-
-def progress_line(stage_dir: Path) -> str:
-    """The sampler's latest row, in a few words."""
-    path = stage_dir / results.SAMPLER_CSV
-    if not path.exists():
-        return "(sampler starting)"
-    lines = path.read_text().splitlines()
-    if len(lines) < 2:
-        return "(sampler starting)"
-    row = dict(zip(lines[0].split(","), lines[-1].split(","), strict=False))
-    parts = [f"TIME_WAIT {row.get('tw_total', '?')}"]
-    parts += [f"{k[3:]} {v}" for k, v in row.items()
-              if k in ("tw_redis", "tw_upstream", "tw_front")]
-    if row.get("cpu_locust"):
-        parts.append(f"locust CPU {float(row['cpu_locust']):.0f}%")
-    return ", ".join(parts)
 
 
 def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
@@ -406,11 +404,14 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]])
 
 
-def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
+def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
+              shown: progress.Progress | None = None) -> dict:
     """One stage, start to finish. Returns its metrics and checks."""
+    shown = shown or progress.Progress(1, opts.warmup + opts.duration)
     stage_dir = results.stage_dir(run_dir, stage)
     stage_dir.mkdir(parents=True)
-    say(f"stage {stage.key} {stage.slug}: {stage.title}")
+    shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
+    shown.phase(f"{stage.title}; starting its hosts and servers")
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
                          opts.placement) as box:
         for note in box.notes:
@@ -418,12 +419,14 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()
-            say(f"  up in {box.mode} {box.name}: {stack.url}")
+            shown.phase(f"up in {box.mode} {box.name}: {stack.url}; seeding users")
             users_file = seed_stage_users(stack, max(2 * opts.users, 20))
+            shown.phase("verifying the endpoints")
             verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
             say(f"  verified: Connection: {verified.get('connection_header')}")
             placed = box.where()
             load = stage_load(stage, box, stack, stage_dir)
+            shown.phase("warm-up")
             warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
             fitted = fit_port_range(box, warm_rps, opts)
             if fitted:
@@ -435,6 +438,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions) -> dict:
             say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
                                  f"{v.get(PORT_RANGE)}"
                                  for role, v in sysctls.items() if role in stage.connecting_roles))
+            shown.phase("measuring")
             count_from = measure(load, stage_dir, users_file, opts, stage.users)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
@@ -463,11 +467,12 @@ def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
     info = {**environment(), "parameters": opts.parameters(), "stages": {}}
     results.write_json(run_dir / results.RUN_JSON, info)
     done, failed = [], []
+    shown = progress.Progress(len(opts.stages), opts.warmup + opts.duration)
     for i, stage in enumerate(opts.stages):
         if opts.sandbox == "host" and i > 0:
             sandbox.wait_for_time_wait_drain(limit=200, say=say)
         try:
-            done.append(run_stage(stage, run_dir, opts))
+            done.append(run_stage(stage, run_dir, opts, shown))
             info["stages"][stage.key] = {"dir": stage.dirname, "hosts": done[-1]["hosts"],
                                          "sysctls": done[-1]["sysctls"]}
         except cli.RUN_ERRORS as e:
