@@ -154,6 +154,22 @@ def first_emfile_line(log: Path) -> str | None:
     return None
 
 
+def wait_and_echo(proc: subprocess.Popen, log: Path, bound: float) -> int:
+    """Wait for the probe, echoing its `probe:` lines (when the hold starts) as they come."""
+    deadline, seen = time.monotonic() + bound, 0
+    while True:
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        for line in lines[seen:]:
+            if line.startswith("probe:"):
+                say(f"  {line}")
+        seen = len(lines)
+        if proc.poll() is not None:
+            return proc.returncode
+        if time.monotonic() > deadline:
+            raise StageFailed(f"the probe did not finish in {bound:.0f} s")
+        time.sleep(0.5)
+
+
 def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
     """Redis + one limited worker in a sandbox, the probe against it, all stopped."""
     stage = limited_stage(base, nofile, args.worker_connections)
@@ -179,10 +195,7 @@ def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
             probe = procs.start(cmd, log=round_dir / "probe.log", env=runner.child_env(),
                                 cwd=stages.ROOT)
             bound = args.connections / 50 + args.timeout * 4 + args.hold + 60
-            try:
-                code = probe.wait(timeout=bound)
-            except subprocess.TimeoutExpired as e:
-                raise StageFailed(f"the probe did not finish in {bound:.0f} s") from e
+            code = wait_and_echo(probe, round_dir / "probe.log", bound)
             if code != 0 or not out.exists():
                 log = (round_dir / "probe.log").read_text(errors="replace")[-2000:]
                 raise StageFailed(f"the probe failed (exit {code}):\n{log}")
@@ -376,6 +389,8 @@ def probe(args) -> dict:
         for conn in opened:
             conn.ws.sock.settimeout(1.0)
             sel.register(conn.ws.sock, selectors.EVENT_READ, conn)
+        print(f"probe: {len(opened)} connected in {connect_s:.1f} s; holding them for "
+              f"{args.hold:g} s", flush=True)
         hold_until = time.monotonic() + args.hold
         while time.monotonic() < hold_until:
             for key, _ in sel.select(timeout=max(0.0, min(0.5, hold_until - time.monotonic()))):
