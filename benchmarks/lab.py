@@ -71,7 +71,8 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
 
 def cmd_book(args) -> int:
     """The book's benchmark: /kv, 100 clients, no think time, the server on one core."""
-    opts = book.run_options(duration=args.duration, sandbox=cli.resolve_sandbox(args.sandbox),
+    opts = book.run_options(duration=args.duration, warmup=args.warmup,
+                            sandbox=cli.resolve_sandbox(args.sandbox),
                         apply_host_sysctls=args.apply_host_sysctls,
                         results=Path(args.results), server_cpus=args.server_cpus,
                         client_cpus=args.client_cpus)
@@ -257,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "100 clients, the server on one core")
     bk.add_argument("--duration", type=float, default=defaults.duration,
                     help="seconds measured per stage")
+    bk.add_argument("--warmup", type=float, default=defaults.warmup,
+                    help="seconds of load before measuring")
     cli.add_sandbox_options(bk)
     bk.set_defaults(func=cmd_book)
 
