@@ -52,6 +52,7 @@ OWNER_ENV = "FTL_LAB_PID"
 WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
 PORT_RANGE = "net.ipv4.ip_local_port_range"
 MIN_PORTS = 100  # the narrowest range fit_port_range makes
+FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
 
 
 def tool(name: str) -> str:
@@ -313,17 +314,19 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
 
 def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
     """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
-    when this machine is too slow to fill it within the first third of the window.
+    when this machine is too slow to fill it early in the measured window.
 
     Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
-    so at `rps` requests a second the range fills in ports / rps seconds. Only stages
-    whose profile narrows the range, only on hosts (never the machine's own). The new
-    range, or None when the profile's stands.
+    so at R requests a second the range fills in ports / R seconds. `rps` is the
+    warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
+    times lower, so the range is sized to fill within an eighth of the window at `rps`.
+    Only stages whose profile narrows the range, only on hosts (never the machine's
+    own). The new range, or None when the profile's stands.
     """
     if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
         return None
     low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
-    wanted = max(MIN_PORTS, int(rps * opts.duration / 3))
+    wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
     if wanted >= high - low + 1:
         return None
     value = f"{low} {low + wanted - 1}"
@@ -432,7 +435,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             if fitted:
                 say(f"  port range {fitted} on {', '.join(stage.connecting_roles)}: the "
                     f"warm-up answered {warm_rps:.0f} req/s, so the narrowed range fills "
-                    f"within the first third of {opts.duration:g} s")
+                    f"within the first 1/{FILL_WITHIN} of {opts.duration:g} s at that rate")
             sysctls = box.sysctls()
             results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
             say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
