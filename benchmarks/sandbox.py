@@ -1,14 +1,16 @@
-"""Where a stage runs: its own network namespace (default as root), or the host.
+"""Where a stage's roles run: a host each (default as root), or the machine itself.
 
-A namespace gives every stage an empty socket table (no TIME_WAIT left over
-from the stage before), its own sysctls (`tcp_tw_reuse`, the port range) set
-without touching the host's, and a loopback where the well-known ports are
-free. Everything the stage starts runs inside it, through `prefix()`; on exit
-every process still in it is killed and the namespace is deleted.
+netns: a host per role (benchmarks/hosts.py): its own socket table (no TIME_WAIT
+left over from the stage before, and `ss -s` on the app host is the app's), its
+own sysctls (`tcp_tw_reuse` and the port range on the connecting hosts only)
+set without touching the machine's, its own address where the well-known
+ports are free, and its CPU set. Everything a role starts runs there, through
+`prefix(role)`; on exit every process is stopped and the namespaces deleted.
 
-Host mode (no root, no `ip`, or `--sandbox host`) runs on 127.0.0.1 with free
-ports, reports the host's sysctls and changes them only when asked to
-(`apply_sysctls=True`), restoring them on exit.
+Host mode (no root, no `ip`, or `--sandbox host`) runs every role on 127.0.0.1
+with free ports, pinned to its CPU set all the same, reports the machine's
+sysctls and changes them only when asked to (`apply_sysctls=True`), restoring
+them on exit (and `lab clean` after a kill).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from benchmarks.hosts import pid_alive, read_sysctls, write_sysctls
 LOOPBACK_NOTE = (
     "host mode: Linux's default net.ipv4.tcp_tw_reuse=2 reuses TIME_WAIT ports on "
     "loopback, and the host's port range is wide, so stage 4's port exhaustion may not "
-    "show. Run as root for a namespace per stage, or pass --apply-host-sysctls.")
+    "show. Run as root for a host per role, or pass --apply-host-sysctls.")
 
 
 # Host mode writes the host's sysctls here before changing them, so `lab clean` can put
