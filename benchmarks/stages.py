@@ -1,10 +1,11 @@
 """The lab's stages, defined once, as data.
 
 Everything else reads this module: the lab runner (`python -m benchmarks.lab`),
-`lab up`, the tests and the docs checks. A stage says which server runs the
-app, how the app reaches Redis, what (if anything) stands in front, which
-sysctl profiles its network namespace gets, which Locust users load it, and
-what the attendee should see, as checks with thresholds.
+`lab up`, the tests and the docs checks. The topology (a host per role, its
+address) is data here too. A stage says which server runs the app, how the
+app reaches Redis, what (if anything) stands in front, which sysctl profiles
+its connecting hosts get, which Locust users load it, and what the attendee
+should see, as checks with thresholds.
 
 Metrics the checks name are computed by `benchmarks/metrics.py`; the
 `*_per_request` ones are TIME_WAIT sockets made while the load ran, per
