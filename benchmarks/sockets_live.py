@@ -121,7 +121,7 @@ def table_rows(snap: dict) -> list[dict]:
     """The Sockets tab's table: a row per connection class, then one per host."""
     rows = []
     for c in snap["classes"]:
-        rows.append({"name": f"{c['class']}: {c['from']} -> {c['to']}:{c['port']}",
+        rows.append({"name": f"class {c['class']}: {c['from']} -> {c['to']}:{c['port']}",
                      "tw": c["time_wait"], "side": c["held_by"], "estab": c["established"],
                      "twreq": "-" if c["tw_per_request"] is None else c["tw_per_request"],
                      "ports": "", "cpu": ""})

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 
 import gevent
@@ -79,6 +80,12 @@ def _init(environment, **_kwargs):
     options = environment.parsed_options
     if not options or not options.sockets_csv:
         return
+    folder = Path(options.sockets_csv).parent
+    if not folder.is_dir():
+        # nothing would ever be there to show: say so rather than serve an empty tab
+        log.error("--sockets-csv %s: no stage is up there (no folder %s). Start one: "
+                  "python -m benchmarks.lab up 0", options.sockets_csv, folder)
+        sys.exit(2)
     view = SocketsView(environment, Path(options.sockets_csv))
     if getattr(options, "class_picker", False) and options.user_classes:
         # preselect the stage's classes: the picker selects every class it offers

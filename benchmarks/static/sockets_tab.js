@@ -56,11 +56,15 @@
       var pts = [];
       xs.forEach(function (x, j) { if (data[k][j] !== null) pts.push(X(x) + "," + Y(data[k][j])); });
       var colour = COLOURS[cls] || "#9467bd";
+      // equal series (stage 0: a Redis connection per request) would hide each other:
+      // the ones drawn first are wider, so each stays visible around the next
+      var same = keys.filter(function (o) { return (o.indexOf("estab_") === 0) === estab; });
+      var width = 2 + 2.5 * (same.length - 1 - same.indexOf(k));
       svg.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: colour,
-        "stroke-width": 2, "stroke-dasharray": estab ? "5,4" : "" }));
+        "stroke-width": width, "stroke-opacity": 0.85, "stroke-dasharray": estab ? "6,4" : "" }));
       var ly = T + 14 + i * 16;   // the legend sits right of the plot, never over it
       svg.appendChild(el("line", { x1: W - R + 8, y1: ly - 4, x2: W - R + 30, y2: ly - 4,
-        stroke: colour, "stroke-width": 2, "stroke-dasharray": estab ? "5,4" : "" }));
+        stroke: colour, "stroke-width": width, "stroke-dasharray": estab ? "6,4" : "" }));
       svg.appendChild(el("text", { x: W - R + 34, y: ly, "font-size": 11, fill: "currentColor" },
         (estab ? "ESTAB " : "TIME_WAIT ") + cls));
     });
