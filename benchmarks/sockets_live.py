@@ -57,14 +57,27 @@ def read_rows(sampler_csv: Path, last: int | None = None) -> list[dict[str, floa
 
 
 class RequestWindow:
-    """Locust's total request count over time, for requests sent in the last 60 s."""
+    """Locust's total request count over time, for requests sent in the last 60 s, and
+    the TIME_WAIT that was already there when the count (re)started.
+
+    TIME_WAIT left by an earlier run (or another client) would inflate the ratio until
+    it expires: what was there at the start is taken off, less and less as its 60 s
+    run out (as if made evenly over the minute before). A new swarm resets Locust's
+    count: the window starts over.
+    """
 
     def __init__(self, seconds: float = metrics.TIME_WAIT_SECONDS):
         self.seconds = seconds
         self.points: deque[tuple[float, int]] = deque()
+        self.started: float | None = None
+        self.stale: dict[str, float] = {}
 
-    def add(self, total: int, now: float | None = None) -> None:
+    def add(self, total: int, now: float | None = None,
+            time_wait: dict[str, float] | None = None) -> None:
         now = time.monotonic() if now is None else now
+        if not self.points or total < self.points[-1][1]:
+            self.points.clear()
+            self.started, self.stale = now, dict(time_wait or {})
         self.points.append((now, total))
         while len(self.points) > 2 and self.points[1][0] <= now - self.seconds:
             self.points.popleft()
@@ -74,13 +87,25 @@ class RequestWindow:
             return 0
         return max(0, self.points[-1][1] - self.points[0][1])
 
+    def left_over(self, cls: str, now: float | None = None) -> float:
+        """TIME_WAIT of `cls` from before the count started that has not expired yet."""
+        if self.started is None:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        return self.stale.get(cls, 0.0) * max(0.0, 1 - (now - self.started) / self.seconds)
+
 
 def _int(row: dict, key: str) -> int | None:
     return int(row[key]) if key in row else None
 
 
-def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int) -> dict:
-    """The numbers of one sampler row: classes, hosts, CPU (see the module docstring)."""
+def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int,
+             left_over=lambda cls: 0.0) -> dict:
+    """The numbers of one sampler row: classes, hosts, CPU (see the module docstring).
+
+    `left_over(cls)`: TIME_WAIT of the class from before the requests counted
+    (RequestWindow.left_over), kept out of the per-request figure.
+    """
     if not row:
         return {"elapsed_s": None, "classes": [], "hosts": [], "cpu": {}}
     classes, in_use = [], {}
@@ -93,7 +118,7 @@ def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int) -
             "time_wait": tw, "time_wait_client": client, "time_wait_server": server,
             "held_by": ", ".join(h for h in holders if h) or "-",
             "established": estab,
-            "tw_per_request": round(tw / recent_requests, 3)
+            "tw_per_request": round(max(0.0, tw - left_over(name)) / recent_requests, 3)
             if tw is not None and recent_requests else None})
         in_use[src] = in_use.get(src, 0) + (client or 0) + (estab or 0)
     hosts = []

@@ -59,11 +59,22 @@ class SocketsView:
         self.env, self.csv = environment, Path(sampler_csv)
         self.window = sockets_live.RequestWindow()
 
+    def count_requests(self) -> None:
+        """Locust's request count once a second, from the start: the per-request figure
+        then covers every request of the last 60 s, whether anyone looks or not."""
+        while True:
+            runner = self.env.runner
+            rows = sockets_live.read_rows(self.csv, last=1)
+            self.window.add(runner.stats.total.num_requests if runner else 0,
+                            time_wait={k[3:]: v for k, v in (rows[-1] if rows else {}).items()
+                                       if k.startswith("tw_")})
+            gevent.sleep(1)
+
     def stats(self) -> dict:
-        self.window.add(self.env.runner.stats.total.num_requests if self.env.runner else 0)
         layout = sockets_live.read_layout(self.csv)
         rows = sockets_live.read_rows(self.csv, last=1)
-        return sockets_live.snapshot(rows[-1] if rows else None, layout, self.window.recent())
+        return sockets_live.snapshot(rows[-1] if rows else None, layout, self.window.recent(),
+                                     self.window.left_over)
 
     def series(self, last: int = 300) -> dict:
         layout = sockets_live.read_layout(self.csv)
@@ -92,6 +103,7 @@ def _init(environment, **_kwargs):
         environment.available_user_classes = {
             name: cls for name, cls in environment.available_user_classes.items()
             if name in options.user_classes}
+    gevent.spawn(view.count_requests)
     if options.headless:
         gevent.spawn(view.print_lines, options.sockets_every)
     if environment.web_ui:

@@ -91,6 +91,22 @@ def test_request_window_counts_the_last_60_seconds():
     assert window.recent() == 12000 - 5900  # what was sent after t=60 (from the t=59 point)
 
 
+def test_time_wait_left_by_an_earlier_run_is_kept_out_until_it_expires(tmp_path):
+    window = sockets_live.RequestWindow()
+    window.add(5000, now=0, time_wait={"redis": 900})
+    window.add(0, now=10, time_wait={"redis": 800})  # a new swarm: Locust's count restarts
+    assert window.left_over("redis", now=10) == 800
+    assert window.left_over("redis", now=40) == 400  # half of its minute gone
+    assert window.left_over("redis", now=70) == 0
+    window.add(300, now=40)
+    csv_path = write_stage_folder(tmp_path / "s", [{**ROW, "tw_redis": 700}])
+    snap = sockets_live.snapshot(sockets_live.read_rows(csv_path)[-1],
+                                 sockets_live.read_layout(csv_path), window.recent(),
+                                 lambda cls: window.left_over(cls, now=40))
+    redis = next(c for c in snap["classes"] if c["class"] == "redis")
+    assert redis["tw_per_request"] == 1.0  # (700 - 400 left over) / 300 requests
+
+
 def locust(*args, timeout=60) -> subprocess.CompletedProcess:
     return subprocess.run([str(runner.VENV_BIN / "locust"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
