@@ -2,7 +2,8 @@
 
     python -m benchmarks.lab run [--stages all] [--duration 30] [--users 50]
     python -m benchmarks.lab book              # the book's benchmark, beside its figures
-    python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C
+    python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C, with Locust's web
+                                               # UI at http://127.0.0.1:8089 (--ui-port)
     python -m benchmarks.lab exec -- CMD ...   # a command inside the running stage
     python -m benchmarks.lab list              # the stages (benchmarks/stages.py)
     python -m benchmarks.lab clean             # what a killed lab left behind

@@ -72,7 +72,13 @@ class Forward:
                     self.open.discard(s)
 
     def stop(self) -> None:
+        try:  # wakes the thread blocked in accept(): a close alone leaves it listening
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
         with self.lock:
             for s in self.open:
                 s.close()

@@ -21,7 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import hosts, procs, results, runner, sampler, sockets_live, stages, ui_browser
+from benchmarks import (
+    hosts,
+    procs,
+    results,
+    runner,
+    sampler,
+    sockets_live,
+    stages,
+    ui_browser,
+    ui_forward,
+)
 
 ROOT = stages.ROOT
 HOSTS = ("client", "app", "redis")
@@ -147,6 +157,32 @@ def test_a_taken_ui_port_is_refused_before_anything_starts(tmp_path):
     assert suggested != port and not procs.port_is_taken(suggested)
     assert not (tmp_path / results.UP).exists(), "nothing of the stage was made"
     assert hosts.owned_namespaces(proc.pid) == []
+
+
+def test_forward_copies_both_ways_and_stop_releases_the_port():
+    """The forward on the machine's loopback (namespace None: the same code path but the
+    setns, which the browser test covers)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        listener = ui_forward.listen(0)
+        port = listener.getsockname()[1]
+        forward = ui_forward.Forward(listener, None, server.getsockname()).start()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+                upstream, _ = server.accept()
+                with upstream:
+                    client.sendall(b"GET /sockets/stats")
+                    assert upstream.recv(100) == b"GET /sockets/stats"
+                    upstream.sendall(b"200 OK")
+                    assert client.recv(100) == b"200 OK"
+        finally:
+            forward.stop()
+    assert not procs.port_is_taken(port)
+    with pytest.raises(ui_forward.PortTaken), socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        ui_forward.listen(taken.getsockname()[1])
 
 
 # --- in a browser ---------------------------------------------------------------------
