@@ -12,8 +12,9 @@ LAB_ARGS ?=
 
 # Debian/Ubuntu packages the lab runs for real: Redis, Nginx, `ip` (network
 # namespaces), `netstat`, `ps`/`sysctl`, `taskset` (CPU sets), `curl` (the
-# exercises use it) and `wrk` (a second load tool, to cross-check Locust).
-SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk
+# exercises use it), `wrk` (a second load tool, to cross-check Locust), and headless
+# Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
+SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
 
 .PHONY: setup system-packages test test-fast lint lab book clean
 

@@ -2,7 +2,8 @@
 
     python -m benchmarks.lab run [--stages all] [--duration 30] [--users 50]
     python -m benchmarks.lab book              # the book's benchmark, beside its figures
-    python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C
+    python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C, with Locust's web
+                                               # UI at http://127.0.0.1:8089 (--ui-port)
     python -m benchmarks.lab exec -- CMD ...   # a command inside the running stage
     python -m benchmarks.lab list              # the stages (benchmarks/stages.py)
     python -m benchmarks.lab clean             # what a killed lab left behind
@@ -28,7 +29,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from benchmarks import book, cli, hosts, metrics, options, report, results, runner, sandbox, stages
+from benchmarks import (
+    book,
+    cli,
+    hosts,
+    lab_ui,
+    metrics,
+    options,
+    report,
+    results,
+    runner,
+    sandbox,
+    stages,
+)
 from benchmarks.cli import say
 from benchmarks.runner import Stack, child_env
 from benchmarks.stages import ROOT, Stage
@@ -142,9 +155,12 @@ def cmd_up(args) -> int:
         if hosts.pid_alive(old.get("pid")):
             raise options.OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
                                        "stop it with Ctrl-C first")
-    with running_stage(stage, opts) as (box, stack, users_file):
+    listener = lab_ui.claim_port(args.ui_port)  # before anything starts
+    with running_stage(stage, opts) as (box, stack, users_file), \
+            lab_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
         results.write_json(state, {
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
+            "ui_url": ui_url, "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
             "users_file": str(users_file), "user_classes": list(stage.users),
             "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
                              "port": box.port(role) if role != "client" else None}
@@ -159,6 +175,9 @@ def cmd_up(args) -> int:
                 cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
                 say(f"  host {role:<6} {where:<18} {box.namespace(role) or 'the machine'}, "
                     f"CPUs {cpus}")
+            say(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
+                f"ssh -L {args.ui_port}:127.0.0.1:{args.ui_port} user@this-machine)")
+            say(f"  sampler: {results.rel(stack.dir / results.SAMPLER_CSV)}")
             say("  in another terminal: python -m benchmarks.lab exec -- ss -s "
                 "(--host app, redis or proxy for the others)")
             say("  Ctrl-C stops it")
@@ -189,6 +208,9 @@ def cmd_exec(args) -> int:
     # logged in as its seeded accounts
     env = child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
                     LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
+    if state.get("sockets_csv"):  # and a headless run prints the Sockets tab's numbers
+        env.update(LOCUST_LOCUSTFILE=f"{runner.LOCUSTFILE},{lab_ui.PLUGIN}",
+                   LOCUST_SOCKETS_CSV=state["sockets_csv"])
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode
     except FileNotFoundError as e:
@@ -265,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C")
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
+    up.add_argument("--ui-port", type=int, default=lab_ui.UI_PORT,
+                    help="the machine's 127.0.0.1 port for Locust's web UI (default 8089)")
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)
 

@@ -44,19 +44,22 @@ from benchmarks.stages import Stage
 HOW_TO_READ = {
     "throughput_latency": (
         "Taller green bars are more answered requests per second (red on top: requests "
-        "that failed, which Locust counts in its RPS too); lower latency bars are better, "
+        "that failed, which Locust counts in its RPS too; a red bar too tall for the axis "
+        "is cut, marked ▲ with its full height); lower latency bars are better, "
         "on a log scale, a p99 far above the p95 is a tail of slow requests, and where a "
         "red box says many requests failed, their fast 502s make the latency look good."),
     "time_wait": (
         "Each panel is one stage: a line that climbs is a connection class opening and "
         "closing a connection per request (each socket stays in TIME_WAIT for 60 s, so "
         "lines start with what the warm-up left), a flat line near 0 is connections being "
-        "reused, and a line that flattens at the dashed port limit has used up every "
-        "local port."),
+        "reused, a line that flattens at the dashed port limit has used up every "
+        "local port, and a wide pale line under a thin one is two classes with the same "
+        "counts (stages 0 and 1: a Redis connection per request)."),
     "time_wait_vs_throughput": (
-        "Each dot is one connection class in one stage: dots on the dashed line leave one "
-        "TIME_WAIT socket per request (the cost of churn grows with throughput), dots at "
-        "the bottom reuse their connections whatever the throughput."),
+        "Each dot is one connection class in one stage (its key beside it, joined by a "
+        "thin line when the dots crowd): dots on the dashed line leave one TIME_WAIT "
+        "socket per request (the cost of churn grows with throughput), dots at the bottom "
+        "reuse their connections whatever the throughput."),
     "cpu": (
         "Each bar stacks the mean CPU of every component over the measured window (100% = "
         "one core, the dotted line is all cores); when Locust's hatched share, or its peak "
@@ -65,8 +68,9 @@ HOW_TO_READ = {
     "failures": (
         "In each Nginx stage the purple line counts Nginx's upstream TIME_WAIT sockets "
         "(each holds a local port), the red bars failed and the short green lines answered "
-        "requests per second: when the purple line reaches the dashed port limit, Nginx "
-        "cannot connect, the 502s start and the answered requests drop."),
+        "requests per second (a bar taller than its axis is cut and marked ▲ with its "
+        "height): when the purple line reaches the dashed port limit, Nginx cannot "
+        "connect, the 502s start and the answered requests drop."),
 }
 
 TITLES = {
@@ -264,6 +268,70 @@ def _run_note(run_dir) -> str:
             f"{info.get('cores', '?')} cores")
 
 
+def overlapping(df: pd.DataFrame, classes: list[str], within: float = 0.05) -> list[str]:
+    """The classes whose TIME_WAIT series lie on each other (within 5% at most samples)."""
+    for i, a in enumerate(classes):
+        for b in classes[i + 1:]:
+            x, y = df[f"tw_{a}"], df[f"tw_{b}"]
+            close = (x - y).abs() <= within * np.maximum(np.maximum(x, y), 10)
+            if len(df) and close.mean() > 0.8 and max(x.max(), y.max()) > 10:
+                return [a, b]
+    return []
+
+
+def place_labels(ax, labels: list[tuple[float, float, str, str]]) -> None:
+    """Write short labels beside points so no two overlap (the stage keys of a scatter).
+
+    Each label tries offsets around its point, in points, and takes the first whose box
+    is clear of those placed before; the same text near the same spot is written once.
+    """
+    fig = ax.figure
+    fig.canvas.draw()  # the layout settles: data -> pixels is final
+    to_px = ax.transData.transform
+    scale = fig.dpi / 72
+    marker = 7 * scale  # the dots themselves are obstacles too
+    placed = [(px - marker, py - marker, px + marker, py + marker)
+              for px, py in (to_px((x, y)) for x, y, _, _ in labels)]
+    bottom_px = ax.transAxes.transform((0, 0))[1]
+    seen: list[tuple[float, float, str]] = []
+    offsets = [(5, 4), (5, -13), (-6, 4), (-6, -13), (5, 15), (-6, 15), (5, 26), (-6, 26),
+               (5, 37), (-6, 37), (5, 48), (-6, 48)]
+    for x, y, text, colour in sorted(labels, key=lambda item: (item[0], item[1])):
+        px, py = to_px((x, y))
+        if any(abs(px - sx) < 4 and abs(py - sy) < 4 and text == st for sx, sy, st in seen):
+            continue
+        seen.append((px, py, text))
+        w, h = (6.5 * len(text) + 2) * scale, 11 * scale
+        for dx, dy in offsets:
+            left = px + dx * scale - (w if dx < 0 else 0)
+            bottom = py + dy * scale
+            box = (left, bottom, left + w, bottom + h)
+            clear = all(box[2] <= b[0] or box[0] >= b[2] or box[3] <= b[1] or box[1] >= b[3]
+                        for b in placed)
+            if clear and bottom >= bottom_px - 1:
+                break
+        placed.append(box)
+        far = abs(dy) > 14  # a label pushed away gets a thin line back to its point
+        ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=9,
+                    color=colour, ha="right" if dx < 0 else "left", va="bottom",
+                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": colour} if far else None,
+                    annotation_clip=False)
+
+
+def rate_axis_top(history: pd.DataFrame) -> float:
+    """The requests/s axis of the failures plot: room for every bar of a steady run.
+
+    A Locust history row written soon after the one before makes a spike (a count over
+    a short interval); past twice the 98th percentile the axis stops, and the bars it
+    cuts are marked with their height.
+    """
+    values = history[["requests_per_s", "failures_per_s"]].replace(
+        [np.inf, -np.inf], np.nan).stack().dropna()
+    if values.empty:
+        return 1.0
+    return max(1.0, min(float(values.max()), 2 * float(values.quantile(0.98))))
+
+
 def throughput_latency(run_dir, out=None) -> Figure:
     """(a) RPS (answered + failed) and p95/p99 latency per stage, from metrics.json."""
     name = "throughput_latency"
@@ -282,7 +350,17 @@ def throughput_latency(run_dir, out=None) -> Figure:
         top.annotate(note, (i, rps), xytext=(0, 3), textcoords="offset points",
                      ha="center", va="bottom", fontsize=9)
     top.set_ylabel("requests/s (Locust)")
-    top.set_ylim(0, m["rps"].max() * 1.25 or 1)
+    ceiling = m["rps"].max() * 1.25 or 1  # the answered requests set the scale
+    top.set_ylim(0, ceiling)
+    for i, (ok, failed) in enumerate(zip(m["ok_rps"], m["fail_rps"], strict=True)):
+        if ok + failed > ceiling:  # a bar the axis cuts: a break mark and its full height
+            for dy in (0.955, 0.985):
+                top.plot([i - 0.42, i + 0.42], [ceiling * (dy - 0.012), ceiling * (dy + 0.012)],
+                         color="white", lw=2, solid_capstyle="butt", zorder=4)
+            top.annotate(f"▲ cut\n{ok + failed:,.0f}/s in all\n{failed:,.0f}/s failed",
+                         (i, ceiling * 0.93), xytext=(0, -2), textcoords="offset points",
+                         ha="center", va="top", fontsize=7.5, color="white",
+                         fontweight="bold", zorder=5)
     top.set_title("Throughput", fontsize=11, loc="left")
     top.legend(loc="upper left", fontsize=9, frameon=False)
     top.grid(axis="y", alpha=0.3)
@@ -337,11 +415,19 @@ def time_wait(run_dir, out=None) -> Figure:
     limits = []
     for ax, sr in zip(axes, runs, strict=False):
         df = samples[samples["stage"] == sr.stage.dirname]
-        for cls in CLASSES:
-            if f"tw_{cls}" in df and df[f"tw_{cls}"].notna().any():
-                ax.plot(df["t"], df[f"tw_{cls}"], color=CLASS_COLORS[cls], lw=2,
-                        ls=CLASS_DASHES[cls], marker=CLASS_MARKERS[cls], ms=4,
-                        label=CLASS_LABELS[cls])
+        drawn = [c for c in CLASSES if f"tw_{c}" in df and df[f"tw_{c}"].notna().any()]
+        for i, cls in enumerate(drawn):
+            # the first drawn are wider and paler, so a class whose counts equal another's
+            # (stages 0 and 1: a Redis connection per request) shows around it
+            ax.plot(df["t"], df[f"tw_{cls}"], color=CLASS_COLORS[cls],
+                    lw=2 + 2.5 * (len(drawn) - 1 - i), alpha=0.55 if i < len(drawn) - 1 else 1,
+                    ls=CLASS_DASHES[cls], marker=CLASS_MARKERS[cls], ms=4,
+                    label=CLASS_LABELS[cls])
+        together = overlapping(df, drawn)
+        if together:
+            ax.annotate(" and ".join(together) + ": the same counts (lines on each other)",
+                        (0.98, 0.04), xycoords="axes fraction", ha="right", fontsize=7.5,
+                        color="#444444")
         ports = metrics.local_ports(sr.dir, sr.stage)
         # The port limit only matters to the client end of an outgoing connection; draw it
         # where it is within reach (a narrowed range, or TIME_WAIT past a tenth of it).
@@ -394,7 +480,7 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
         window = min(float(p["duration_s"]) + float(p.get("warmup_s") or 0), TIME_WAIT_SECONDS)
     except (OSError, KeyError, TypeError, ValueError):
         window = TIME_WAIT_SECONDS
-    fig = _figure(9, 6.2)
+    fig = _figure(9, 6.8)
     ax = fig.subplots()
     xmax = float(m["ok_rps"].max()) * 1.15 or 1.0
     xs = np.linspace(0, xmax, 50)
@@ -411,28 +497,32 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
         ax.scatter(sub["ok_rps"], sub[col], s=70, color=CLASS_COLORS[cls], label=CLASS_LABELS[cls],
                    marker=CLASS_MARKERS[cls], zorder=3, edgecolor="white", linewidth=0.8,
                    alpha=0.85, clip_on=False)
-        for _, row in sub[sub[col] > floor].iterrows():
-            ax.annotate(row["key"], (row["ok_rps"], row[col]), xytext=(5, 4),
-                        textcoords="offset points", fontsize=9, color=CLASS_COLORS[cls])
+    labels = []  # (x, y, text, colour): placed together below, so none lands on another
+    for cls in CLASSES:
+        col = f"tw_{cls}_peak"
+        if col in m:
+            labels += [(row["ok_rps"], row[col], row["key"], CLASS_COLORS[cls])
+                       for _, row in m[m[col] > floor].iterrows()]
     for _, row in m.iterrows():
         if any(pd.notna(row.get(c)) and row[c] <= floor for c in peak_cols):
-            ax.annotate(row["key"], (row["ok_rps"], 0), xytext=(0, 7),
-                        textcoords="offset points", ha="center", fontsize=9, color="#444444")
+            labels.append((row["ok_rps"], 0.0, row["key"], "#444444"))
     # a narrowed port range caps the client end of a churning class (Nginx -> app)
     ranges = (metrics.local_ports(sr.dir, sr.stage) for sr in stage_runs(run_dir))
     narrowed = sorted({p for p in ranges if p and p < ymax})
     for ports in narrowed:
         ax.axhline(ports, color="black", ls=":", lw=1)
         ax.annotate(f"{ports:,} local ports: the most an outgoing class can hold",
-                    (1.0, ports), xycoords=("axes fraction", "data"), xytext=(-4, 3),
-                    textcoords="offset points", ha="right", fontsize=8)
+                    (0.0, ports), xycoords=("axes fraction", "data"), xytext=(4, 3),
+                    textcoords="offset points", ha="left", fontsize=8)
     ax.set_ylim(0, ymax * 1.12)
     ax.set_xlim(0, xmax)
     _plain_numbers(ax.yaxis)
     ax.set_xlabel("throughput, answered requests/s (Locust)")
     ax.set_ylabel("peak TIME_WAIT sockets")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=9, frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2,
+               fontsize=9, frameon=False)
+    place_labels(ax, labels)
     keys = ", ".join(sr.label for sr in stage_runs(run_dir))
     ax.set_title(f"Stages (the number beside each dot): {keys}", fontsize=8, wrap=True,
                  color="#444444")
@@ -477,18 +567,22 @@ def cpu(run_dir, out=None) -> Figure:
         ax.annotate(f"Locust {int(mean)}%\np95 {int(p95)}%" + ("\nclient-bound!" if busy else ""),
                     (i, base[i]), xytext=(0, 3), textcoords="offset points", ha="center",
                     va="bottom", fontsize=8, color=FAIL_COLOR if busy else "#444444",
-                    fontweight="bold" if busy else "normal")
+                    fontweight="bold" if busy else "normal", zorder=5,
+                    # the all-cores line passes behind the note, not through it
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})
     ymax = max(float(base.max()), cores * 100.0) * 1.18
     if cores:
         ax.axhline(cores * 100, color="black", ls=":", lw=1.2)
-        ax.annotate(f"{cores} cores = {cores * 100}%", (0.99, cores * 100),
+        # at the left: the first stage's bar (the built-in server, one core) is short
+        ax.annotate(f"{cores} cores = {cores * 100}%", (0.01, cores * 100),
                     xycoords=("axes fraction", "data"), xytext=(0, 3),
-                    textcoords="offset points", ha="right", fontsize=8)
+                    textcoords="offset points", ha="left", fontsize=8)
     ax.set_ylim(0, ymax)
     ax.set_xlim(-0.5 - 0.5 / len(frame), len(frame) - 0.5 + 0.5 / len(frame))
     ax.set_ylabel("mean CPU over the measured run, % of one core")
     ax.set_xticks(x, [sr.tick for sr in runs], fontsize=9)
-    ax.legend(loc="upper left", fontsize=9, ncols=len(COMPONENTS), frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
+               ncols=len(COMPONENTS), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
     return _finish(fig, name, out)
@@ -513,17 +607,20 @@ def failures(run_dir, out=None) -> Figure | None:
         [sr.stage.dirname for sr in runs]), "tw_upstream"].max()))
     ports_all = [p for p in (metrics.local_ports(sr.dir, sr.stage) for sr in runs) if p]
     tw_top = max(tw_top, *ports_all) if ports_all else tw_top
-    fail_top = max(1.0, float(history.loc[history["stage"].isin(
-        [sr.stage.dirname for sr in runs]), "requests_per_s"].max() or 0))
-    fail_top = fail_top if not np.isnan(fail_top) else 1.0
+    fail_top = rate_axis_top(history[history["stage"].isin([sr.stage.dirname for sr in runs])])
     twins = []
     for ax, sr in zip(axes, runs, strict=False):
         df = samples[samples["stage"] == sr.stage.dirname]
         hist = history[history["stage"] == sr.stage.dirname].dropna(subset=["requests_per_s"])
         right = ax.twinx()
         twins.append(right)
-        right.bar(hist["t"] - 0.5, hist["failures_per_s"], width=0.9, color=FAIL_COLOR,
-                  alpha=0.55, label="failed requests/s (Locust)")
+        right.bar(hist["t"] - 0.5, hist["failures_per_s"].clip(upper=fail_top), width=0.9,
+                  color=FAIL_COLOR, alpha=0.55, label="failed requests/s (Locust)")
+        for t, v in zip(hist["t"], hist["failures_per_s"], strict=True):
+            if v > fail_top:  # a bar the axis cuts says how tall it was
+                right.annotate(f"▲{v:,.0f}", (t - 0.5, fail_top), xytext=(0, 1),
+                               textcoords="offset points", ha="center", va="bottom",
+                               fontsize=6.5, color=FAIL_COLOR, annotation_clip=False)
         # each history row counts the second before it
         right.hlines(hist["requests_per_s"] - hist["failures_per_s"], hist["t"] - 1, hist["t"],
                      color=OK_COLOR, lw=2.2, label="answered requests/s (Locust)")
@@ -541,7 +638,7 @@ def failures(run_dir, out=None) -> Figure | None:
         total_fail = int(hist["Total Failure Count"].max()) if len(hist) else 0
         ax.set_title(f"{sr.label}: {total_fail:,} failed requests", fontsize=10)
         ax.set_ylim(0, tw_top * 1.15)
-        right.set_ylim(0, fail_top * 1.15)
+        right.set_ylim(0, fail_top * 1.12)
         ax.set_ylabel("TIME_WAIT sockets", color=CLASS_COLORS["upstream"])
         right.set_ylabel("requests/s: failed (bars), answered (line)")
         ax.set_xlabel("seconds into the measured run")

@@ -4,6 +4,9 @@
       latest -> 20261122-081500          the newest `lab run` (a symlink)
       up/<stage folder>/                 what `lab up` keeps while a stage is up
       up.json                            which stage `lab up` serves, for `lab exec`
+      up/<stage folder>/sampler.csv      ... its sampler, until the stage stops
+      up/<stage folder>/sockets.json     ... the classes and port ranges the Sockets tab reads
+      up/<stage folder>/sockets-tab.png  ... the Sockets tab, as the browser test saw it
       20261122-081500/                   one run
         run.json                         parameters, commit, versions, kernel, cores, stages
         summary.csv  report.md  plots/   the whole run (benchmarks/report.py)
@@ -63,6 +66,9 @@ APP_LOG = "app.log"
 COUNT_JSON = "count.json"
 SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
 METRICS_JSON = "metrics.json"
+SOCKETS_JSON = "sockets.json"  # the Sockets tab's layout (benchmarks/sockets_live.py)
+SOCKETS_SCREENSHOT = "sockets-tab.png"  # the Sockets tab in a browser (tests/lab/test_ui.py)
+LOCUST_UI_LOG = "locust-ui.log"  # `lab up`'s Locust web UI
 CHECKS_JSON = "checks.json"
 
 

@@ -189,17 +189,18 @@ def test_nothing_left_after_a_run(full_run):
 def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     """`lab up` serves a stage until Ctrl-C; `exec` runs inside it; nothing is left."""
     results = str(tmp_path / "results")
-    proc = start_lab("up", "2", "--results", results)
+    proc = start_lab("up", "2", "--results", results, "--ui-port", str(procs.free_port()))
     try:
         seen = read_until(proc, "is up:")
         assert "is up: http://198.18.0.30:8000" in seen, seen
-        # each server listens on its own host, and nothing listens on the client's
+        # each server listens on its own host; on the client only Locust's web UI, on
+        # its loopback (the machine reaches it through the lab's forward)
         listening = {host: lab("exec", "--results", results, "--host", host, "--",
                                "ss", "-Htln", timeout=30).stdout
                      for host in ("client", "app", "redis")}
         assert "198.18.0.30:8000" in listening["app"] and ":6379" not in listening["app"]
         assert "198.18.0.40:6379" in listening["redis"]
-        assert listening["client"].strip() == ""
+        assert [ln.split()[3] for ln in listening["client"].splitlines()] == ["127.0.0.1:8089"]
         curl = lab("exec", "--results", results, "--", sys.executable, "-c",
                    "import os, urllib.request; "
                    "print(urllib.request.urlopen(os.environ['LOCUST_HOST'] + '/healthz').status)",
@@ -242,7 +243,7 @@ def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
     """A `kill -9` leaves the namespace and servers; `lab clean` removes them and leaves
     a stage that is up (and in use) alone."""
     up_results = str(tmp_path / "up")
-    up = start_lab("up", "0", "--results", up_results)
+    up = start_lab("up", "0", "--results", up_results, "--ui-port", str(procs.free_port()))
     killed = start_lab("run", "--stages", "2", "--duration", "30", "--warmup", "0",
                        "--users", "5", "--results", str(tmp_path / "killed"))
     try:
