@@ -30,6 +30,7 @@ and leave `latest` to `lab run`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -75,8 +76,14 @@ CHECKS_JSON = "checks.json"
 def rel(path: Path) -> str:
     """A path as the user would type it from the repository root (output stays short and
     the same on every machine)."""
+    for root in (stages.ROOT, stages.ROOT.resolve()):  # .venv may be a link elsewhere
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            continue
+    venv = Path(sys.executable).parent.parent
     try:
-        return str(Path(path).relative_to(stages.ROOT))
+        return str(Path(".venv") / Path(path).relative_to(venv))
     except ValueError:
         return str(path)
 

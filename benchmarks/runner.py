@@ -342,7 +342,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     env = child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX, users_file)
-    shown = shlex.join([results.rel(cmd[0]), *cmd[1:]])
+    shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = metrics.log_size(load.count_log) if load.count_log else None
@@ -422,7 +422,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()
-            shown.phase(f"up in {box.mode} {box.name}: {stack.url}; seeding users")
+            shown.phase(f"up on {box.describe()}; entry {stack.url}; seeding users")
             users_file = seed_stage_users(stack, max(2 * opts.users, 20))
             shown.phase("verifying the endpoints")
             verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)

@@ -141,6 +141,13 @@ class Sandbox:
     def url(self, role: str) -> str:
         return f"http://{self.address(role)}:{self.port(role)}"
 
+    def describe(self) -> str:
+        """The hosts in a few words: `hosts ftl-123-4-{client,proxy,app,redis}`."""
+        if not self.network:
+            return "the machine (host mode, 127.0.0.1)"
+        base = self.namespace("app").rsplit("-", 1)[0]
+        return f"hosts {base}-{{{','.join(self.roles)}}}"
+
     def where(self) -> dict[str, dict]:
         """role -> where it ran (address, port, namespace, CPU set), for run.json."""
         return {role: {"address": self.address(role),

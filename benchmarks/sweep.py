@@ -23,8 +23,9 @@ slow change of the machine (another job) spreads over every worker count.
 
 `app_cpu` and `locust_cpu` are the sampler's mean CPU during the measured
 run, in % of one core (200% = both cores of a 2-core box): the app is the
-gunicorn master and its workers, Locust is the load generator, which runs on
-the same cores and competes with the app for them. `app_cpu_ms_per_req` is
+gunicorn master and its workers, Locust is the load generator, on its own
+CPU set unless `--server-cpus`/`--client-cpus` make them overlap (the sweep
+then says so). `app_cpu_ms_per_req` is
 the app's CPU time per request (what one request costs, whatever the load).
 `cs_vol_per_req`/`cs_invol_per_req` are the context switches of the app's
 gunicorn processes per request (`SwitchWatch`): voluntary (it waited for a
@@ -286,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def placed(opts: options.RunOptions) -> str:
+    """Where the points ran: `server CPU 1, client CPU 0 (of 2)`."""
+    cpus = opts.placement.as_dict()
+    return (f"server CPU {cpus['server_cpus']}, client CPU {cpus['client_cpus']} "
+            f"(of {os.cpu_count()})")
+
+
 def run_sweep(args) -> int:
     stage = stages.get(args.stage)
     try:
@@ -299,7 +307,10 @@ def run_sweep(args) -> int:
     sweep_dir = results.new_run(opts.results, suffix="sweep")
     say(f"sweep: stage {stage.key} {stage.slug}, -w {','.join(map(str, args.workers))}, "
         f"{args.repeats} repeat(s), {opts.duration:g} s each, {opts.users} "
-        f"{args.user_class}, {os.cpu_count()} cores; results in {results.rel(sweep_dir)}")
+        f"{args.user_class}, {placed(opts)}; results in {results.rel(sweep_dir)}")
+    if opts.placement.overlap:
+        say(f"note: the server and Locust share CPU {opts.placement.as_dict()['overlap']}: "
+            "the points then depend on how much CPU Locust takes")
     rows: list[dict] = []
     try:
         for repeat in range(1, args.repeats + 1):
@@ -316,7 +327,7 @@ def run_sweep(args) -> int:
             summary = summarize(rows)
             write_csv(sweep_dir / "summary.csv", SUMMARY_COLUMNS, summary)
             say(f"\nstage {stage.key} {stage.slug}, {args.user_class}, {opts.users} users, "
-                f"{opts.duration:g} s per point, {os.cpu_count()} cores")
+                f"{opts.duration:g} s per point, {placed(opts)}")
             say(table(summary))
             say(f"\n{results.rel(sweep_dir / 'sweep.csv')}")
     return 0
