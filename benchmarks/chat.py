@@ -45,6 +45,9 @@ the older `CHAT_...` variables still give their defaults):
   on top of its HTTP users, so every stage has the same HTTP load.
 - `--chat-socketio-pace`: seconds between one Socket.IO user's messages
   (default 1: a chatty person, not a load generator).
+- `--chat-failure-backoff`: least seconds a chat user waits for a second after
+  a failed request (default 0.1), as a real client backs off: stage 4's fast
+  502s would otherwise keep Locust at 100% of its core.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import itertools
 import json
 import os
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +99,8 @@ OPTIONS = (
     Option("socketio-users", int, 0, "run exactly this many SocketIOChatUsers, the rest "
            "of the users going to the other classes (0: by weight)"),
     Option("socketio-pace", float, 1.0, "seconds between the messages of one Socket.IO user"),
+    Option("failure-backoff", float, 0.1, "least seconds a chat user waits after a failed "
+           "request, as a real client backs off"),
 )
 
 
@@ -111,6 +117,14 @@ def setting(environment, name: str):
     opt = next(o for o in OPTIONS if o.name == name)
     parsed = getattr(environment, "parsed_options", None)
     return getattr(parsed, opt.dest, None) if parsed is not None else opt.initial()
+
+
+@events.request.add_listener
+def note_failure(exception=None, context=None, **_kwargs):
+    """Remember when a user's request failed, for its back-off (SignedInUser.wait_time)."""
+    user = (context or {}).get("user")
+    if exception is not None and user is not None:
+        user.failed_at = time.monotonic()
 
 
 @events.test_start.add_listener
@@ -248,9 +262,20 @@ class SignedInUser(FastHttpUser):
 
     abstract = True
     host = HOST
+    failed_at = float("-inf")  # when this user's last request failed (note_failure)
+
     def wait_time(self):
         low = setting(self.environment, "wait-min")
-        return random.uniform(low, max(low, setting(self.environment, "wait-max")))
+        wait = random.uniform(low, max(low, setting(self.environment, "wait-max")))
+        if time.monotonic() - self.failed_at < 1.0:
+            # a failed request (Nginx's fast 502s in stage 4) makes a real client back
+            # off; without it 50 users spin Locust at 100% of its core on 5,000 502s/s
+            wait = max(wait, setting(self.environment, "failure-backoff"))
+        return wait
+
+    def context(self) -> dict:
+        return {"user": self}
+
     # Fail fast instead of Locust's 60 s: a stage that drops connections should
     # show errors, not hung users.
     connection_timeout = 5.0

@@ -111,6 +111,7 @@ class Sandbox:
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
+            self.wanted["client"] = stages.client_sysctls()
             self.network = hosts.Network(tag or stage.key.lower(), self.roles,
                                          sysctls=self.wanted,
                                          cpus=self.placement.cpus(self.roles))

@@ -39,6 +39,9 @@ HOSTS: tuple[Host, ...] = (
 )
 ADDRESS = {h.role: h.address for h in HOSTS}
 SERVER_ROLES = ("proxy", "app", "redis")  # one CPU set; the client has the other
+# The load generator's host gets these profiles on top of the baseline (sysctl/client.conf:
+# a wide port range, so that Locust never runs out of local ports).
+CLIENT_SYSCTL = ("baseline", "client")
 
 # Each host has its own ports, so the lab uses the well-known ones and the
 # exercises can show them as they are.
@@ -251,9 +254,19 @@ def sysctl_profile(name: str) -> dict[str, str]:
     return settings
 
 
-def stage_sysctls(stage: Stage) -> dict[str, str]:
-    """The stage's sysctls: its profiles merged in order (later wins)."""
+def merged_profiles(names) -> dict[str, str]:
+    """sysctl/<name>.conf for each name, merged in order (later wins)."""
     merged: dict[str, str] = {}
-    for name in stage.sysctl:
+    for name in names:
         merged.update(sysctl_profile(name))
     return merged
+
+
+def client_sysctls() -> dict[str, str]:
+    """The client host's sysctls (CLIENT_SYSCTL)."""
+    return merged_profiles(CLIENT_SYSCTL)
+
+
+def stage_sysctls(stage: Stage) -> dict[str, str]:
+    """The stage's sysctls: its profiles merged in order (later wins)."""
+    return merged_profiles(stage.sysctl)

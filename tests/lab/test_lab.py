@@ -164,7 +164,8 @@ def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
         seen = json.loads((run_dir / stage.dirname / "sysctl.json").read_text())
         assert set(seen) == set(stage.roles), stage.key
         for role in stage.roles:
-            wanted = stages.stage_sysctls(stage) if role in stage.connecting_roles else baseline
+            wanted = (stages.stage_sysctls(stage) if role in stage.connecting_roles
+                      else stages.client_sysctls() if role == "client" else baseline)
             for key, value in wanted.items():
                 if key == "net.ipv4.ip_local_port_range" and role in stage.connecting_roles:
                     low, high = (int(x) for x in seen[role][key].split())
