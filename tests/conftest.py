@@ -10,6 +10,7 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -212,6 +213,19 @@ def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
         proc.kill()
         output = proc.communicate()[0] + f"\n(killed after {timeout:.0f} s)"
     return proc.returncode, output
+
+
+def read_until(proc: subprocess.Popen, marker: str, seconds: float = 90) -> str:
+    """A process's output up to the first line with `marker` (or its end)."""
+    deadline, lines = time.monotonic() + seconds, []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            break
+    return "".join(lines)
 
 
 def running_with(marker: str) -> list[str]:

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from conftest import read_until
 
 from benchmarks import hosts, metrics, nginx_conf, procs, runner, stages
 
@@ -46,19 +47,6 @@ def leftovers(pid: int) -> list[str]:
     processes it started (they carry its pid in FTL_LAB_PID). Another lab running on
     the machine at the same time is not judged."""
     return hosts.owned_namespaces(pid) + runner.started_by(pid)
-
-
-def read_until(proc: subprocess.Popen, marker: str, seconds: float = 90) -> str:
-    """The lab's output up to the first line with `marker` (or its end)."""
-    deadline, lines = time.monotonic() + seconds, []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if marker in line:
-            break
-    return "".join(lines)
 
 
 def ctrl_c(proc: subprocess.Popen) -> str:

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import read_until
 
 from benchmarks import (
     hosts,
@@ -202,15 +203,9 @@ def browser():
 
 
 def read_line(proc: subprocess.Popen, marker: str, seconds: float = 120) -> str:
-    deadline, seen = time.monotonic() + seconds, []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError(f"`lab up` never said {marker!r}:\n{''.join(seen)}")
+    seen = read_until(proc, marker, seconds)
+    assert marker in seen, f"`lab up` never said {marker!r}:\n{seen}"
+    return seen
 
 
 def stop(proc: subprocess.Popen) -> str:
