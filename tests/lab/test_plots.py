@@ -47,11 +47,21 @@ def test_time_wait_says_where_two_classes_lie_on_each_other():
                    for t in by_title["2 connection-pool"].texts)
 
 
-def test_a_bar_the_axis_cuts_is_marked_with_its_height():
-    fig = plots.throughput_latency(REFERENCE)
+def test_a_bar_the_axis_cuts_is_marked_with_its_height(tmp_path):
+    # stage 4's fast 502s as a run without the chat users' back-off had them:
+    # Locust's own figure 20 times the best stage's
+    run = tmp_path / "run"
+    shutil.copytree(REFERENCE, run)
+    best = max(results.read_json(d / results.METRICS_JSON)["rps"]
+               for _, d in results.measured_stages(run))
+    for key in ("4", "4g"):
+        path = results.stage_dir(run, stages.get(key)) / results.METRICS_JSON
+        m = results.read_json(path)
+        results.write_json(path, {**m, "locust_rps": 20 * best})
+    fig = plots.throughput_latency(run)
     top = fig.axes[0]
     marks = [t.get_text() for t in top.texts if t.get_text().startswith("▲ cut")]
-    m = plots.metrics_frame(REFERENCE)
+    m = plots.metrics_frame(run)
     cut = m[m["ok_rps"] + m["fail_rps"] > top.get_ylim()[1]]
     assert len(cut) >= 2 and len(marks) == len(cut), marks  # stages 4 and 4g
     assert f"{cut['ok_rps'].iloc[0] + cut['fail_rps'].iloc[0]:,.0f}/s in all" in marks[0]
