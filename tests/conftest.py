@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -213,6 +214,16 @@ def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
         proc.kill()
         output = proc.communicate()[0] + f"\n(killed after {timeout:.0f} s)"
     return proc.returncode, output
+
+
+def ctrl_c(proc: subprocess.Popen) -> str:
+    """Send SIGINT as a terminal's Ctrl-C would; the rest of the output."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[0]
 
 
 def read_until(proc: subprocess.Popen, marker: str, seconds: float = 90) -> str:

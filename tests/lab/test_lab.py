@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from conftest import read_until
+from conftest import ctrl_c, read_until
 
 from benchmarks import hosts, metrics, nginx_conf, procs, runner, stages
 
@@ -47,16 +47,6 @@ def leftovers(pid: int) -> list[str]:
     processes it started (they carry its pid in FTL_LAB_PID). Another lab running on
     the machine at the same time is not judged."""
     return hosts.owned_namespaces(pid) + runner.started_by(pid)
-
-
-def ctrl_c(proc: subprocess.Popen) -> str:
-    """Send SIGINT as a terminal's Ctrl-C would; the rest of the output."""
-    proc.send_signal(signal.SIGINT)
-    try:
-        return proc.communicate(timeout=60)[0]
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()[0]
 
 
 @pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.front], ids=lambda s: s.key)

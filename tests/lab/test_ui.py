@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import read_until
+from conftest import ctrl_c, read_until
 
 from benchmarks import (
     hosts,
@@ -208,15 +207,6 @@ def read_line(proc: subprocess.Popen, marker: str, seconds: float = 120) -> str:
     return seen
 
 
-def stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGINT)
-    try:
-        return proc.communicate(timeout=60)[0]
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()[0]
-
-
 # stage -> how TIME_WAIT toward Redis must move while the swarm runs
 GROWS, STAYS_LOW = "grows", "stays low"
 REDIS_TW_BOUND = 10  # stage 2: the pool's few connections; seeding leaves a handful
@@ -246,7 +236,7 @@ def test_sockets_tab_shows_time_wait_toward_redis(browser, tmp_path, stage, expe
         chart = browser.find_element("id", "sockets-chart-svg").get_attribute("innerHTML")
         ui_browser.stop_swarm(browser)
     finally:
-        rest = stop(lab)
+        rest = ctrl_c(lab)
     redis = next(c for c in stats["classes"] if c["class"] == "redis")
     if expect == GROWS:
         assert second > first + 20, (first, second)
