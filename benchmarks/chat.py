@@ -30,8 +30,11 @@ A step load that finds the saturation point lives in `step_load.py`:
 Debug one scenario in-process: `python benchmarks/chat.py` (runs one ChatUser
 against CHAT_HOST, default http://127.0.0.1:8000).
 
-Settings (`locust --help`, the web UI's form, or `LOCUST_CHAT_...` variables;
-the older `CHAT_...` variables still give their defaults):
+Settings (the web UI's form, `LOCUST_CHAT_...` variables, or `--chat-...` on the
+command line; the older `CHAT_...` variables still give their defaults). Locust's
+own `--help` cannot list them: it prints before it loads a locustfile
+(locustio/locust#2917); `python -m benchmarks.chat --help` prints Locust's help
+with them:
 - `--chat-users-file`: JSON list of `{email, password, ...}` written by
   `flask --app app seed-users --out FILE` (seeded friendships are accepted).
   Each simulated user logs in as the next entry, cycling (per Locust
@@ -464,5 +467,19 @@ def check_ack(ack, meta: dict, *keys: str) -> None:
         raise AckError(f"ack lacks {', '.join(missing)}: {str(ack)[:200]}")
 
 
+def print_help() -> None:
+    """Locust's --help with this scenario's options, which `locust -f ... --help` omits."""
+    from locust.argument_parser import get_parser
+
+    parser = get_parser()  # fires init_command_line_parser: add_options is registered
+    parser.usage = "locust -f benchmarks/chat.py [options] [UserClass ...]"
+    parser.print_help()
+
+
 if __name__ == "__main__":
-    run_single_user(ChatUser)
+    import sys
+
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print_help()
+    else:
+        run_single_user(ChatUser)

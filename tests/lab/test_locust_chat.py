@@ -140,3 +140,15 @@ def test_a_bare_locust_in_the_repository_finds_the_chat_scenario():
                             text=True, timeout=60, env=clean)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split()[2:] == ["ChatUser", "SocketIOChatUser"], listed.stdout
+
+
+def test_the_scenario_help_lists_its_options():
+    """`locust -f benchmarks/chat.py --help` cannot show them (Locust prints help before it
+    loads a locustfile); `python -m benchmarks.chat --help` does, with Locust's own."""
+    shown = subprocess.run([str(VENV_BIN / "python"), "-m", "benchmarks.chat", "--help"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    for name in ("users-file", "wait-min", "wait-max", "socketio-users", "socketio-pace",
+                 "failure-backoff"):
+        assert f"--chat-{name}" in shown.stdout, name
+    assert "--spawn-rate" in shown.stdout and "locust -f benchmarks/chat.py" in shown.stdout
