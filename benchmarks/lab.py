@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,8 +42,8 @@ from benchmarks import (
     stages,
 )
 from benchmarks.cli import say
-from benchmarks.runner import Stack, child_env
-from benchmarks.stages import ROOT, Stage
+from benchmarks.runner import child_env
+from benchmarks.stages import ROOT
 
 
 def cmd_run(args) -> int:
@@ -123,26 +122,6 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     return 0
 
 
-@contextmanager
-def running_stage(stage: Stage, opts: options.RunOptions):
-    """A stage's sandbox and servers, seeded and verified, for `up`."""
-    stage_dir = results.up_dir(opts.results, stage)
-    if stage_dir.exists():
-        for f in sorted(stage_dir.rglob("*"), reverse=True):
-            f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
-    stage_dir.mkdir(parents=True, exist_ok=True)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement) as box:
-        stack = Stack(stage, box, stage_dir)
-        try:
-            stack.start()
-            users_file = runner.seed_stage_users(stack, 100)
-            runner.check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
-            yield box, stack, users_file
-        finally:
-            stack.stop()
-
-
 def cmd_up(args) -> int:
     stage = stages.get(args.stage)
     opts = options.RunOptions(stages=(stage,), sandbox=cli.resolve_sandbox(args.sandbox),
@@ -156,7 +135,7 @@ def cmd_up(args) -> int:
             raise options.OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
                                        "stop it with Ctrl-C first")
     listener = lab_ui.claim_port(args.ui_port)  # before anything starts
-    with running_stage(stage, opts) as (box, stack, users_file), \
+    with runner.running_stage(stage, opts) as (box, stack, users_file), \
             lab_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
         results.write_json(state, {
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,

@@ -1,6 +1,6 @@
 """What `lab up` adds for the attendee's screen: Locust's web UI with the Sockets tab.
 
-On top of a running stage (benchmarks/lab.py's `running_stage`), `stage_ui`
+On top of a running stage (benchmarks/runner.py's `running_stage`), `stage_ui`
 starts, in order:
 
   Locust's web UI   on the client host, the stage's user classes preselected

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
@@ -462,6 +463,27 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
             "hosts": placed}
+
+
+@contextmanager
+def running_stage(stage: Stage, opts: RunOptions):
+    """A stage's sandbox and servers, seeded and verified, for `lab up` and
+    benchmarks/crosscheck.py: results/up/<stage>/, emptied first."""
+    stage_dir = results.up_dir(opts.results, stage)
+    if stage_dir.exists():
+        for f in sorted(stage_dir.rglob("*"), reverse=True):
+            f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
+                         opts.placement) as box:
+        stack = Stack(stage, box, stage_dir)
+        try:
+            stack.start()
+            users_file = seed_stage_users(stack, 100)
+            check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
+            yield box, stack, users_file
+        finally:
+            stack.stop()
 
 
 def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:

@@ -184,7 +184,7 @@ def test_lab_shows_the_server_command_of_the_registry(stage):
 def test_lab_names_its_nginx_config(stage):
     text = lab_path(stage).read_text()
     assert f"nginx/{stage.front}" in text
-    # where `lab up` renders it (benchmarks/lab.py running_stage + nginx_conf.render)
+    # where `lab up` renders it (benchmarks/runner.py running_stage + nginx_conf.render)
     assert f"results/up/{stage.dirname}/nginx/nginx.conf" in text
 
 
