@@ -23,6 +23,7 @@ the copy. The command ends with the copy's size (it should stay well under 1 MB)
 
 from __future__ import annotations
 
+import argparse
 import csv
 import shutil
 import sys
@@ -93,13 +94,17 @@ def size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.reference",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", type=Path, help="the lab run to copy, e.g. results/latest")
+    return p
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print(__doc__.strip().splitlines()[2].strip())
-        return 2
+    run_dir = build_parser().parse_args(argv).run_dir
     try:
-        files = copy(Path(argv[0]))
+        files = copy(run_dir)
     except (FileNotFoundError, ValueError) as e:
         print(f"reference: {e}")
         return 2

@@ -10,6 +10,7 @@ results folder at any time.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 import traceback
@@ -175,9 +176,16 @@ def write(run_dir: Path) -> None:
     (run_dir / results.REPORT_MD).write_text("\n".join(text))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.report",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", nargs="?", type=Path, default=results.RESULTS / results.LATEST,
+                   help="a lab run's folder (default: results/latest)")
+    return p
+
+
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    run_dir = Path(argv[0]) if argv else results.RESULTS / results.LATEST
+    run_dir = build_parser().parse_args(argv).run_dir
     if not results.is_run(run_dir):
         print(f"report: {run_dir} is not a lab run folder (no run.json); "
               "run `make lab` first or name a folder under results/")

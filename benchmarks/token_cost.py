@@ -20,6 +20,7 @@ pool) and a whole `GET /users/me` through Flask's in-process test client.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -40,12 +41,16 @@ def median_us(fn, calls: int) -> float:
     return statistics.median(runs)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.token_cost",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("redis_url", help="a running Redis, e.g. redis://127.0.0.1:6379/0")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print(__doc__.split("Usage:")[1].split("Requirements")[0].strip(), file=sys.stderr)
-        return 2
-    app = create_app({"SECRET_KEY": "token-cost", "REDIS_URL": args[0],
+    redis_url = build_parser().parse_args(argv).redis_url
+    app = create_app({"SECRET_KEY": "token-cost", "REDIS_URL": redis_url,
                       "SOCKETIO_MESSAGE_QUEUE": False,
                       "PASSWORD_HASH_METHOD": "pbkdf2:sha256:1000"})
     client = app.test_client()

@@ -137,14 +137,18 @@ def stop_swarm(driver) -> None:
         button.click()
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ui_browser",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--results", default=str(results.RESULTS),
                    help="results folder of the `lab up` to open")
     p.add_argument("--users", type=int, default=20)
     p.add_argument("--seconds", type=float, default=15, help="load before the screenshot")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     state_file = results.up_state(Path(args.results))
     if not state_file.exists() or "ui_url" not in results.read_json(state_file):
         print("ui_browser: no stage is up. Start one: python -m benchmarks.lab up 0",

@@ -1,26 +1,122 @@
-"""The exercises and the stage registry agree.
+"""The exercises and the stage registry agree, and every command in them works.
 
 Every stage of benchmarks/stages.py has its lab (`exercises/NN-slug.md`),
 and the lab starts it with `python -m benchmarks.lab up KEY` and shows the
 server command the registry runs, character for character. Change a stage
-without its lab and these tests fail. Every `python -m benchmarks.lab ...`
-line in the exercises and the README parses with the lab's real argument
-parser, every Locust command names user classes that exist, every relative
-link resolves, and the index lists the labs in order.
+without its lab and these tests fail. Every `python -m benchmarks.X ...` in
+the exercises and the README (fenced or inline) parses with that module's
+real argument parser, every Locust command names user classes that exist,
+every relative link resolves, and the index lists the labs in order.
 
-Reads files only: nothing is started.
+Commands and output. The docs use two fences: ```bash holds commands to paste
+(no `$ ` prompt, `#` comments allowed) and ```text holds what a command
+printed (captured output: never run, never parsed). Any other fence, a bare
+``` included, fails test_fences_are_commands_or_output until it says which it
+is. Every command of every ```bash block (backslash continuations, open quotes and
+here-documents taken with it) is classified by RULES, below, as
+
+- RUN: safe unattended here, with no stage up and no root side effect. The
+  test runs it with bash from the repository root, the venv first on PATH,
+  the `export`s of its block before it, /tmp/ in it replaced by the test's own
+  temporary folder, and a timeout; it must exit as the lab shows (0 unless
+  the rule says) and print something unless the rule says it may not.
+- PARSE: needs a stage, root namespaces, minutes of load or a terminal. The
+  test parses it: `bash -n`, then the real parser of what it calls
+  (PARSERS: a benchmark module's build_parser(), the Makefile's targets and
+  variables, Locust's own parser in a process of its own, gunicorn's, the
+  app's click commands, wrk's flags) and, through `lab exec --`, Locust's.
+
+A command no rule names fails test_command_is_classified_and_parses until it
+is classified in RULES. Nothing is started but the RUN commands, and each is
+waited for (or killed with its process group).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
+import contextlib
+import importlib
+import importlib.util
+import io
+import json
+import os
 import re
 import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+import click
+import flask.cli
+import gunicorn.config
 import pytest
 
+from app import seed
 from benchmarks import lab, stages
+
+RUN, PARSE = "RUN", "PARSE"
+
+
+class Rule(NamedTuple):
+    pattern: str  # re.match'ed against the command, leading `time` and VAR=value left out
+    verdict: str  # RUN or PARSE
+    why: str
+    status: int = 0  # RUN: the exit status the docs show
+    prints: bool = True  # RUN: it must print something
+    shows: str = ""  # RUN: text its output must hold
+    port: int | None = None  # RUN: a 127.0.0.1 port it binds (skipped while another holds it)
+
+
+# How each command of a ```bash block is checked: the first rule that matches wins.
+# RUN only what is safe to run here unattended, with no stage up and no root side effect.
+RULES = [
+    # the lab and its tools
+    Rule(r"python -m benchmarks\.lab list$", RUN, "prints the stage registry; starts nothing"),
+    Rule(r"python -m benchmarks\.\w+ (-h|--help)$", RUN, "prints help; starts nothing"),
+    Rule(r"python -m benchmarks\.lab ", PARSE,
+         "up, run, book and exec need root namespaces, a stage and load; clean deletes "
+         "namespaces and processes of dead labs and restores host sysctls"),
+    Rule(r"python -m benchmarks\.(fd_limit|sweep)\b", PARSE,
+         "minutes of load on root network namespaces"),
+    Rule(r"python -m benchmarks\.report ", PARSE,
+         "reads a lab run's folder (results/ is not in git) and rewrites its report.md"),
+    Rule(r"python - .*<<", PARSE, "a script over the CSVs of a run made before"),
+    Rule(r"python -c \"from pathlib import Path; from benchmarks import nginx_conf; ", RUN,
+         "renders a stage's Nginx config into a folder under /tmp"),
+    Rule(r"make ", PARSE, "setup installs packages; test, lab and book run for minutes"),
+    # servers and load
+    Rule(r"(gunicorn |flask --app app run )", PARSE,
+         "the server command a stage runs, shown beside `lab up`, which starts it"),
+    Rule(r"flask --app app seed-users ", PARSE, "writes users into a Redis that runs"),
+    Rule(r"locust .*--(list|help)\b", RUN, "lists the user classes or prints help; no load"),
+    Rule(r"(locust|wrk|siege)\b", PARSE, "load"),
+    Rule(r"(jupyter|ssh) ", PARSE, "interactive: a notebook server, a tunnel from a laptop"),
+    Rule(r"(sudo )?sysctl -w ", PARSE, "would change the machine's sysctls"),
+    Rule(r"sysctl (-n )?[a-z][\w.]*( [a-z][\w.]*)*$", RUN, "reads sysctls (`=` would write)"),
+    Rule(r"sleep ", PARSE, "waits out TIME_WAIT: a minute of nothing"),
+    # reading
+    Rule(r"\w+=\$\(", PARSE, "finds a process that another terminal runs"),
+    Rule(r"(ls|cat|grep|head|tail)\b.*(/proc/\$|\bresults/)", PARSE,
+         "reads a process another terminal runs, or what a lab run wrote"),
+    Rule(r"(ls|cat|grep|head|tail) [^>]*$", RUN, "reads /proc, /etc or the repository"),
+    Rule(r"ip netns list$", RUN, "lists network namespaces (none when no lab runs)",
+         prints=False),
+    # the shell
+    Rule(r"source \.venv/bin/activate$", RUN, "puts the venv first on PATH", prints=False),
+    Rule(r"export \w+=", RUN, "sets variables for the commands after it", prints=False),
+    Rule(r"bash -c 'ulimit -n 64; ", RUN, "fails on purpose: EMFILE in its own subshell",
+         status=1, shows="Too many open files"),
+    Rule(r"bash -c 'ulimit -n 1024; nginx -t ", RUN,
+         "checks the config rendered just before it (nginx -t binds its listen address)",
+         port=8080),
+    Rule(r"bash -c '(echo|ulimit) ", RUN, "changes the limits of its own subshell only"),
+]
 
 ROOT = stages.ROOT
 EXERCISES = ROOT / "exercises"
@@ -49,7 +145,8 @@ def docs() -> list[Path]:
 
 
 def rel(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    """README.md, exercises/01-builtin.md, ... (a file elsewhere: its own path)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -99,17 +196,17 @@ def split_command(text: str) -> list[str]:
     return argv
 
 
-LAB_CALL = re.compile(r"python -m benchmarks\.lab\b")
+MODULE_CALL = re.compile(r"python -m benchmarks\.(\w+)\b")
 
 
-def lab_commands() -> list[tuple[str, list[str]]]:
-    """(where, argv after `python -m benchmarks.lab`) for every such command."""
+def module_commands() -> list[tuple[str, str, list[str]]]:
+    """(where, module, argv after `python -m benchmarks.MODULE`) for every such command."""
     found = []
     for path in docs():
         for n, _kind, text in snippets(path):
-            for m in LAB_CALL.finditer(text):
+            for m in MODULE_CALL.finditer(text):
                 argv = split_command(text[m.end():])
-                found.append((f"{rel(path)}:{n}", argv))
+                found.append((f"{rel(path)}:{n}", m.group(1), argv))
     return found
 
 
@@ -199,22 +296,16 @@ def test_twin_is_in_its_parents_lab(twin):
 # --- commands in the docs are real commands ---
 
 
-@pytest.mark.parametrize("where,argv", [pytest.param(w, a, id=w) for w, a in lab_commands()])
-def test_lab_command_parses(where, argv):
-    try:
-        args = lab.build_parser().parse_args(argv)
-    except SystemExit:
-        pytest.fail(f"{where}: `python -m benchmarks.lab {shlex.join(argv)}` does not parse")
-    if args.cmd == "up" and not is_placeholder(args.stage):
-        stages.get(args.stage)  # KeyError names the known stages
-    if args.cmd == "run" and not is_placeholder(args.stages):
-        assert stages.select(args.stages), where
-    if args.cmd == "exec" and not is_placeholder(" ".join(argv[1:])):
-        assert args.command[:1] == ["--"], f"{where}: write `exec -- CMD` (as lab.py's help does)"
+@pytest.mark.parametrize("where,module,argv",
+                         [pytest.param(w, m, a, id=w) for w, m, a in module_commands()])
+def test_module_command_parses(where, module, argv):
+    why = module_problem(module, argv)
+    assert not why, (f"{where}: `python -m benchmarks.{module} {shlex.join(argv)}` "
+                     f"does not parse: {why}")
 
 
 def test_docs_have_lab_commands():
-    assert len(lab_commands()) > 50
+    assert len([m for _, m, _ in module_commands() if m == "lab"]) > 50
 
 
 def test_make_lab_stages_exist():
@@ -302,3 +393,419 @@ def test_bash_blocks_paste_as_one_unit(path):
             following = lines[n].strip()
             assert following and not following.startswith("```"), (
                 f"{path.name}:{n}: a `\\` continuation runs into the end of its block")
+
+
+# --- every command of every ```bash block: classified by RULES, then run or parsed ---
+
+COMMAND_FENCES, OUTPUT_FENCES = ("bash",), ("text",)
+LOCUST_ARGV = Path(__file__).with_name("locust_argv.py")  # Locust's parser, in its own process
+RUN_TIMEOUT = 60  # seconds, per RUN command
+PREFIX = re.compile(r"^(?:time\s+|[A-Z_][A-Z0-9_]*=[^\s$'\"]*\s+)*")  # time, VAR=value
+HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a ```bash block, as an attendee pastes it."""
+
+    where: str  # file:line of its first line
+    block: str  # file:line of its block's opening fence
+    text: str  # continuations joined; an open quote's or a here-document's lines kept
+    env: tuple[tuple[str, str], ...] = ()  # what the `export`s before it in its block set
+
+    @property
+    def bare(self) -> str:
+        """What a rule sees: the command without a leading `time` or VAR=value."""
+        return PREFIX.sub("", self.text)
+
+    @property
+    def argv(self) -> list[str]:
+        return split_command(self.bare)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Its block's exports and its own VAR=value prefixes."""
+        own = re.findall(r"([A-Z_][A-Z0-9_]*)=(\S*)\s", PREFIX.match(self.text).group(0))
+        return {**dict(self.env), **dict(own)}
+
+
+def fenced_blocks(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line of the opening fence, its language, the lines inside). A block indented in
+    a list item loses that indentation."""
+    found, current, indent = [], None, 0
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        fence = FENCE.match(line.strip())
+        if fence and current is None:
+            current, indent = (n, fence.group(1), []), len(line) - len(line.lstrip())
+        elif fence:
+            found.append(current)
+            current = None
+        elif current is not None:
+            current[2].append(line[indent:] if not line[:indent].strip() else line.lstrip())
+    return found
+
+
+def closed(text: str) -> bool:
+    """No quote is left open (an open one goes on on the next line)."""
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return False
+    return True
+
+
+def exported(text: str) -> dict[str, str]:
+    """NAME=value of an `export` line."""
+    if not text.startswith("export "):
+        return {}
+    return dict(w.split("=", 1) for w in shlex.split(text)[1:] if "=" in w)
+
+
+def block_commands(path: Path, fence: int, lines: list[str]) -> list[Command]:
+    """The commands of one ```bash block; blank and comment lines left out."""
+    commands, env, i = [], {}, 0
+    while i < len(lines):
+        start, text = i, lines[i].rstrip()
+        while i + 1 < len(lines) and (text.endswith("\\") or not closed(text)):
+            i += 1
+            text = (text[:-1] + " " + lines[i].strip() if text.endswith("\\")
+                    else text + "\n" + lines[i]).rstrip()
+        heredoc = HEREDOC.search(text)
+        while heredoc and i + 1 < len(lines):
+            i += 1
+            text += "\n" + lines[i]
+            if lines[i].strip() == heredoc.group(2):
+                break
+        i += 1
+        if text.strip() and not text.lstrip().startswith("#"):
+            commands.append(Command(f"{rel(path)}:{fence + 1 + start}", f"{rel(path)}:{fence}",
+                                    text.strip(), tuple(env.items())))
+            env.update(exported(text.strip()))
+    return commands
+
+
+def doc_commands(path: Path) -> list[Command]:
+    return [c for n, lang, lines in fenced_blocks(path) if lang in COMMAND_FENCES
+            for c in block_commands(path, n, lines)]
+
+
+def unlabelled_fences(path: Path) -> list[str]:
+    """Blocks that do not say whether they hold commands or output."""
+    return [f"{rel(path)}:{n}: ```{lang}" for n, lang, _ in fenced_blocks(path)
+            if lang not in COMMAND_FENCES + OUTPUT_FENCES]
+
+
+def classify(command: Command) -> Rule | None:
+    return next((r for r in RULES if re.match(r.pattern, command.bare)), None)
+
+
+# PARSE: how each command is parsed (after `bash -n`). "" means it parses.
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | str:
+    """parser.parse_args(argv), or the error it exits with ("" for --help)."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+            return parser.parse_args(argv)
+    except SystemExit as e:
+        return "" if e.code == 0 else out.getvalue().strip().splitlines()[-1]
+
+
+def module_problem(name: str, argv: list[str]) -> str:
+    """`python -m benchmarks.NAME ARGV` against that module's own build_parser()."""
+    if importlib.util.find_spec(f"benchmarks.{name}") is None:
+        return f"there is no benchmarks/{name}.py"
+    module = importlib.import_module(f"benchmarks.{name}")
+    if not hasattr(module, "build_parser"):
+        return f"benchmarks/{name}.py has no build_parser() to check its arguments with"
+    args = parsed(module.build_parser(), argv)
+    if isinstance(args, str):
+        return args
+    return lab_problem(args, argv) if name == "lab" else ""
+
+
+def lab_problem(args: argparse.Namespace, argv: list[str]) -> str:
+    """What the lab's parser lets through and the lab then refuses."""
+    try:
+        if args.cmd == "up" and not is_placeholder(args.stage):
+            stages.get(args.stage)
+        if args.cmd == "run" and not is_placeholder(args.stages):
+            stages.select(args.stages)
+    except KeyError as e:
+        return e.args[0]
+    if args.cmd == "exec" and args.command[:1] != ["--"] and not is_placeholder(
+            " ".join(argv[1:])):
+        return "write `exec -- CMD` (as lab.py's help does)"
+    return ""
+
+
+def script_problem(command: Command) -> str:
+    """A `python - <<'EOF'` script compiles."""
+    body = "\n".join(command.text.splitlines()[1:-1])
+    try:
+        compile(body, command.where, "exec")
+    except SyntaxError as e:
+        return f"its script, line {e.lineno}: {e.msg}"
+    return ""
+
+
+def make_problem(words: list[str]) -> str:
+    """Targets the Makefile has, variables it reads, stages that exist."""
+    text = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", text, re.M))
+    variables = set(re.findall(r"^(\w+) \?=", text, re.M))
+    for word in words:
+        name, is_variable, value = word.partition("=")
+        if is_variable and name not in variables:
+            return f"the Makefile reads no {name} (it reads {', '.join(sorted(variables))})"
+        if not is_variable and word not in targets:
+            return f"the Makefile has no target {word} ({', '.join(sorted(targets))})"
+        if name == "STAGES" and is_variable and not is_placeholder(value):
+            try:
+                stages.select(value)
+            except KeyError as e:
+                return e.args[0]
+    return ""
+
+
+def gunicorn_problem(words: list[str]) -> str:
+    """gunicorn's own parser, and an app module that exists."""
+    args = parsed(gunicorn.config.Config().parser(), words)
+    if isinstance(args, str):
+        return args
+    missing = [a for a in args.args if importlib.util.find_spec(a.split(":")[0]) is None]
+    return f"no module {missing}" if missing else ""
+
+
+FLASK_COMMANDS = {"run": flask.cli.run_command, "seed-users": seed.seed_users_command}
+
+
+def flask_problem(words: list[str]) -> str:
+    """`flask --app app CMD ...`: the click command's own parser."""
+    if words[:1] == ["--app"]:
+        if importlib.util.find_spec(words[1]) is None:
+            return f"--app {words[1]}: no such module"
+        words = words[2:]
+    if not words or words[0] not in FLASK_COMMANDS:
+        return f"not a command of the app's CLI: {words[:1]} ({', '.join(FLASK_COMMANDS)})"
+    try:
+        FLASK_COMMANDS[words[0]].make_context(f"flask {words[0]}", words[1:])
+    except click.ClickException as e:
+        return e.format_message()
+    return ""
+
+
+WRK_VALUES = {"-c": r"\d+[kKmMgG]?", "--connections": r"\d+[kKmMgG]?", "-t": r"\d+",
+              "--threads": r"\d+", "-d": r"\d+[smhd]?", "--duration": r"\d+[smhd]?",
+              "--timeout": r"\d+[smh]?", "-s": r".+\.lua", "--script": r".+\.lua",
+              "-H": r".+", "--header": r".+"}
+
+
+def wrk_problem(words: list[str]) -> str:
+    """wrk's flags (`wrk --help`), each with a value of the right form, and one URL."""
+    words, urls = list(words), []
+    while words:
+        word = words.pop(0)
+        joined = re.fullmatch(r"(-[a-zA-Z])(.+)", word)  # -t2, -c100
+        if joined and joined.group(1) in WRK_VALUES:
+            word, words = joined.group(1), [joined.group(2), *words]
+        if word in ("--latency", "-v", "--version"):
+            continue
+        if word in WRK_VALUES:
+            value = words.pop(0) if words else ""
+            if not re.fullmatch(WRK_VALUES[word], value):
+                return f"wrk {word} {value!r}: expected {WRK_VALUES[word]}"
+        elif re.match(r"https?://", word):
+            urls.append(word)
+        else:
+            return f"wrk has no option {word}"
+    return "" if len(urls) == 1 else f"wrk takes one URL, not {urls}"
+
+
+def sleep_problem(words: list[str]) -> str:
+    ok = len(words) == 1 and re.fullmatch(r"\d+(\.\d+)?[smhd]?", words[0])
+    return "" if ok else f"sleep takes one duration, not {words}"
+
+
+PARSERS = {"make": make_problem, "gunicorn": gunicorn_problem, "flask": flask_problem,
+           "wrk": wrk_problem, "sleep": sleep_problem}
+
+
+def shell_syntax(text: str) -> str:
+    """bash's own parse of the command (`bash -n`)."""
+    out = subprocess.run(["bash", "-n", "-c", text], capture_output=True, text=True)
+    return out.stderr.strip() if out.returncode else ""
+
+
+def parse_problem(command: Command) -> str:
+    """Why a PARSE command would not run as written, or "" (Locust: check_locust)."""
+    argv = command.argv
+    if argv[:2] == ["python", "-m"] and argv[2].startswith("benchmarks."):
+        return module_problem(argv[2].removeprefix("benchmarks."), argv[3:])
+    if argv[:2] == ["python", "-"]:
+        return script_problem(command)
+    return PARSERS[argv[0]](argv[1:]) if argv and argv[0] in PARSERS else ""
+
+
+def locust_argv(command: Command) -> list[str] | None:
+    """Locust's arguments when the command runs Locust, itself or through `lab exec`."""
+    argv = command.argv
+    if argv[:4] == ["python", "-m", "benchmarks.lab", "exec"]:
+        args = parsed(lab.build_parser(), argv[3:])
+        if isinstance(args, str):
+            return None  # module_problem reports it
+        argv = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return argv[1:] if argv[:1] == ["locust"] else None
+
+
+def locustfiles(argv: list[str]) -> str:
+    for flag in ("-f", "--locustfile"):
+        if flag in argv[:-1]:
+            return argv[argv.index(flag) + 1]
+    return ""  # pyproject.toml's
+
+
+def check_locust(commands: list[Command]) -> dict[str, str]:
+    """{where: why Locust refuses it ("" when it does not)} for every command that runs
+    Locust, from Locust's own parser (tests/lab/locust_argv.py), one process per
+    locustfile set and environment: a step shape reads its STEP_* variables."""
+    groups = defaultdict(list)
+    for c in commands:
+        argv = locust_argv(c)
+        if argv is not None:
+            groups[(locustfiles(argv), tuple(sorted(c.environment.items())))].append((c, argv))
+    found = {}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}
+    for (_files, env), calls in groups.items():
+        argvs = json.dumps([argv for _, argv in calls])
+        out = subprocess.run([sys.executable, str(LOCUST_ARGV)], cwd=ROOT, input=argvs,
+                             env={**base, **dict(env)}, capture_output=True, text=True,
+                             timeout=RUN_TIMEOUT)
+        answers = json.loads(out.stdout) if out.returncode == 0 else [out.stderr] * len(calls)
+        found.update({c.where: why for (c, _), why in zip(calls, answers, strict=True)})
+    return found
+
+
+def problem(command: Command, refused_by_locust: dict[str, str]) -> str:
+    """What is wrong with a command of the docs, or "": no rule classifies it, or
+    (PARSE) it does not parse."""
+    rule = classify(command)
+    if rule is None:
+        return (f"{command.where}: `{command.text}`: no rule says whether to RUN or PARSE it; "
+                "classify it in RULES at the top of tests/lab/test_docs.py")
+    if rule.verdict == RUN:
+        return ""  # test_run_commands_work runs it
+    why = (shell_syntax(command.text) or parse_problem(command)
+           or refused_by_locust.get(command.where, ""))
+    return f"{command.where}: `{command.text}` does not parse: {why}" if why else ""
+
+
+# RUN: run as pasted, in a process group of its own
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def run(command: Command, tmp: Path) -> tuple[int, str]:
+    """(exit status, stdout and stderr) of the command, run with bash as pasted; killed,
+    with everything it started, after RUN_TIMEOUT."""
+    env = {**os.environ, **command.environment,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen(["bash", "-c", command.text.replace("/tmp/", f"{tmp}/")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return -1, f"{out}\n(killed after {RUN_TIMEOUT} s)"
+    return proc.returncode, out
+
+
+COMMANDS = [c for path in docs() for c in doc_commands(path)]
+
+
+def run_blocks() -> list[tuple[str, list[tuple[Command, Rule]]]]:
+    """(block, its RUN commands in order) for each block that has one: run one after
+    another, as pasted, so a command finds what the one before it wrote."""
+    blocks = defaultdict(list)
+    for c in COMMANDS:
+        rule = classify(c)
+        if rule and rule.verdict == RUN:
+            blocks[c.block].append((c, rule))
+    return list(blocks.items())
+
+
+@pytest.fixture(scope="module")
+def refused_by_locust():
+    return check_locust(COMMANDS)
+
+
+@pytest.mark.parametrize("path", docs(), ids=rel)
+def test_fences_are_commands_or_output(path):
+    assert not unlabelled_fences(path), (
+        f"label these ```bash (commands) or ```text (output): {unlabelled_fences(path)}")
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, id=c.where) for c in COMMANDS])
+def test_command_is_classified_and_parses(command, refused_by_locust):
+    why = problem(command, refused_by_locust)
+    assert not why, why
+
+
+@pytest.mark.parametrize("block,runs", [pytest.param(b, r, id=b) for b, r in run_blocks()])
+def test_run_commands_work(block, runs, tmp_path):
+    for command, rule in runs:
+        if rule.port and port_taken(rule.port):
+            pytest.skip(f"{command.where}: 127.0.0.1:{rule.port} is held by another process")
+        status, out = run(command, tmp_path)
+        said = f"{command.where}: `{command.text}`"
+        assert status == rule.status, (
+            f"{said} exited {status}, the docs show {rule.status}:\n{out[-3000:]}")
+        assert out.strip() or not rule.prints, f"{said} printed nothing"
+        assert rule.shows in out, f"{said} did not print {rule.shows!r}:\n{out[-3000:]}"
+
+
+def test_docs_have_commands_of_both_kinds():
+    verdicts = [classify(c).verdict for c in COMMANDS if classify(c)]
+    assert verdicts.count(RUN) >= 10 and verdicts.count(PARSE) > 100, verdicts
+
+
+def test_unknown_and_broken_commands_are_reported(tmp_path):
+    doc = tmp_path / "lab.md"
+    doc.write_text("\n".join([
+        "```bash",
+        "frobnicate --all",                                              # 2: unknown
+        "python -m benchmarks.lab up 2 --no-such-flag",                  # 3
+        "python -m benchmarks.lab up 99",                                # 4
+        "make lab STAGES=7",                                             # 5
+        "python -m benchmarks.lab exec -- locust -f benchmarks/chat.py -t soon ChatUser",
+        "locust -f benchmarks/kv.py --headless -u 5 ChatUser",           # 7
+        "wrk -t2 -c10 -z 5 http://198.18.0.30:8000/kv/1",                # 8
+        "python -m benchmarks.sweep --workers 0",                        # 9
+        "wrk -t2 -c100 -d30s --latency http://198.18.0.30:8000/kv/1",    # 10: fine
+        "python -m benchmarks.lab exec -- locust --headless -u 20 -r 20 -t 10s",  # 11: fine
+        "```",
+        "```console",
+        "$ python -m benchmarks.lab list",
+        "```",
+    ]) + "\n")
+    commands = doc_commands(doc)
+    refused = check_locust(commands)
+    found = [problem(c, refused) for c in commands]
+    assert found[0].startswith(f"{doc}:2: `frobnicate --all`: no rule"), found[0]
+    expected = {3: "unrecognized arguments: --no-such-flag", 4: "unknown stage '99'",
+                5: "unknown stage '7'", 6: "argument -t/--run-time", 7: "no user class",
+                8: "wrk has no option -z", 9: "worker counts must be positive"}
+    for line, why in expected.items():
+        assert f"{doc}:{line}: " in found[line - 2] and why in found[line - 2], found[line - 2]
+    assert found[-2:] == ["", ""]
+    assert unlabelled_fences(doc) == [f"{doc}:13: ```console"]
