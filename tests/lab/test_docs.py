@@ -516,6 +516,11 @@ def module_problem(name: str, argv: list[str]) -> str:
     """`python -m benchmarks.NAME ARGV` against that module's own build_parser()."""
     if importlib.util.find_spec(f"benchmarks.{name}") is None:
         return f"there is no benchmarks/{name}.py"
+    if argv in (["--help"], ["-h"]):
+        # run, not imported: a locustfile (benchmarks.chat) would gevent-patch this process
+        done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        return "" if done.returncode == 0 and done.stdout else done.stderr[-500:] or "no help"
     module = importlib.import_module(f"benchmarks.{name}")
     if not hasattr(module, "build_parser"):
         return f"benchmarks/{name}.py has no build_parser() to check its arguments with"
