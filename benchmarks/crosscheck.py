@@ -3,23 +3,26 @@
     python -m benchmarks.crosscheck [--stages 1,3,5] [--duration 20] [--rounds 2]
 
 For each stage: the stage up (as `lab up`), then, turn about on the client host,
-`KeyValueUser` (100 users, no think time: `lab book`'s load) and `wrk -c100` on
-the same URL (`GET /kv/bench`), each for --duration seconds, --rounds times.
-wrk sends the request Locust sends, headers included (the app's HTTP parser
-pays for every header line), and runs twice:
+`KeyValueUser` (100 users, no think time: `lab book`'s load) and wrk on the same
+URL (`GET /kv/bench`), each for --duration seconds, --rounds times. wrk sends
+the request Locust sends, headers included (the app's HTTP parser pays for
+every header line), in three forms:
 
-  wrk         as it comes: each connection sends its next request the moment
-              the answer is in
-  wrk +1 ms   each connection pauses 1 ms before its next request, as a user
-              of a Locust-like client does (Locust's own work between two
-              requests of a user is about that)
+  wrk          -t100 -c100: a thread per connection, 100 clients that each
+               wait for their answer on their own, as Locust's users (and
+               siege's threads, the book's tool) do. The one the target
+               compares with.
+  wrk -t1      -t1 -c100, the usual form: one thread sends for all 100
+               connections, so requests reach the server in bursts, which an
+               eventlet worker serves more cheaply than requests that arrive
+               one by one (stage 3 here: about 25% more req/s, with a p99 over
+               a second and timeouts: some connections wait while others are
+               served again and again)
+  wrk +1 ms    as `wrk`, each connection pausing 1 ms before its next request,
+               about what Locust's own work costs between two requests of a
+               user
 
-Why both: behind eventlet (stages 3, 3g) a client that answers at once keeps
-a worker on the same connection, request after request, while the others wait
-(wrk's p50 under a millisecond, its p99 over a second, timeouts); the server
-then does more per CPU second than for users who take turns. The +1 ms run
-takes turns like Locust does (compare the p50s). Prints a table and writes
-`crosscheck.csv` in a `results/<stamp>-crosscheck` run.
+Prints a table and writes `crosscheck.csv` in a `results/<stamp>-crosscheck` run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import book, cli, metrics, options, procs, results, runner, stages
@@ -41,8 +45,21 @@ KEY = "bench"  # KeyValueUser.key
 PAUSE_MS = 1
 WRK_HINT = "apt-get install wrk (or `make setup`, which does it)"
 DEFAULT_STAGES = ("1", "3", "5")
-COLUMNS = ("stage", "round", "locust_rps", "locust_p50_ms", "wrk_rps", "wrk_p50_ms",
-           "wrk_timeouts", "wrk_paused_rps", "wrk_paused_p50_ms", "ratio", "ratio_paused")
+
+@dataclass(frozen=True)
+class Wrk:
+    """One form of the wrk run: its name, its CSV column prefix, threads, pause (ms)."""
+
+    name: str
+    column: str
+    threads: int
+    pause_ms: int
+
+
+WRKS = (Wrk("wrk", "wrk", book.CLIENTS, 0), Wrk("wrk -t1", "wrk_t1", 1, 0),
+        Wrk("wrk +1 ms", "wrk_paused", book.CLIENTS, PAUSE_MS))
+COLUMNS = ("stage", "round", "locust_rps", "locust_p50_ms",
+           *(f"{w.column}_{k}" for w in WRKS for k in ("rps", "p50_ms", "timeouts", "ratio")))
 
 
 def request_headers() -> dict[str, str]:
@@ -76,8 +93,9 @@ def parse_wrk(text: str) -> dict:
             "timeouts": int(timeouts.group(1)) if timeouts else 0}
 
 
-def run_wrk(client: list[str], url: str, seconds: int, script: Path, log: Path) -> dict:
-    cmd = [*client, procs.require_binary("wrk", WRK_HINT), "-t1",
+def run_wrk(client: list[str], url: str, seconds: int, wrk: Wrk, script: Path,
+            log: Path) -> dict:
+    cmd = [*client, procs.require_binary("wrk", WRK_HINT), f"-t{wrk.threads}",
            f"-c{book.CLIENTS}", f"-d{seconds}s", "--latency", "-s", str(script),
            f"{url}/kv/{KEY}"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
@@ -106,32 +124,31 @@ def crosscheck_stage(stage: stages.Stage, opts: options.RunOptions, run_dir: Pat
         for n in range(1, rounds + 1):
             out = run_dir / stage.dirname / f"round-{n}"
             out.mkdir(parents=True)
-            say(f"  round {n}/{rounds}: Locust {seconds} s")
+            say(f"  round {n}/{rounds}: Locust, {seconds} s")
             loc = run_locust(client, stack.url, seconds, out)
-            got = {}
-            for name, script in scripts.items():
-                time.sleep(pause)
-                say(f"  round {n}/{rounds}: {name} {seconds} s")
-                got[name] = run_wrk(client, stack.url, seconds, script, out / f"{name}.txt")
-            time.sleep(pause)
             row = {"stage": stage.key, "round": n, "locust_rps": loc["rps"],
-                   "locust_p50_ms": loc["p50_ms"], "wrk_rps": got["wrk"]["rps"],
-                   "wrk_p50_ms": got["wrk"]["p50_ms"], "wrk_timeouts": got["wrk"]["timeouts"],
-                   "wrk_paused_rps": got["wrk+1ms"]["rps"],
-                   "wrk_paused_p50_ms": got["wrk+1ms"]["p50_ms"],
-                   "ratio": round(loc["rps"] / got["wrk"]["rps"], 3),
-                   "ratio_paused": round(loc["rps"] / got["wrk+1ms"]["rps"], 3)}
+                   "locust_p50_ms": loc["p50_ms"]}
+            for wrk in WRKS:
+                time.sleep(pause)
+                say(f"  round {n}/{rounds}: {wrk.name}, {seconds} s")
+                got = run_wrk(client, stack.url, seconds, wrk, scripts[wrk.pause_ms],
+                              out / f"{wrk.column}.txt")
+                row.update({f"{wrk.column}_{k}": v for k, v in got.items()})
+                row[f"{wrk.column}_ratio"] = round(loc["rps"] / got["rps"], 3)
+            time.sleep(pause)
             say("  " + line(row))
             found.append(row)
     return found
 
 
 def line(row: dict) -> str:
-    return (f"stage {row['stage']:<3} Locust {row['locust_rps']:>7.1f} req/s (p50 "
-            f"{row['locust_p50_ms']} ms)   wrk {row['wrk_rps']:>7.1f} (p50 {row['wrk_p50_ms']} ms, "
-            f"{row['wrk_timeouts']} timeouts) x{row['ratio']:.2f}   wrk +1 ms "
-            f"{row['wrk_paused_rps']:>7.1f} (p50 {row['wrk_paused_p50_ms']} ms) "
-            f"x{row['ratio_paused']:.2f}")
+    """Locust, then each wrk with Locust's rate over it."""
+    parts = [f"stage {row['stage']:<3} Locust {row['locust_rps']:>7.1f} req/s "
+             f"(p50 {row['locust_p50_ms']} ms)"]
+    for w in WRKS:
+        parts.append(f"{w.name} {row[w.column + '_rps']:>7.1f} (p50 {row[w.column + '_p50_ms']}"
+                     f" ms) Locust/wrk {row[w.column + '_ratio']:.2f}")
+    return " | ".join(parts)
 
 
 def write_csv(run_dir: Path, rows: list[dict]) -> Path:
@@ -157,9 +174,9 @@ def run(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftl-wrk-") as tmp:
         scripts = {}
-        for name, pause in (("wrk", 0), ("wrk+1ms", PAUSE_MS)):
-            scripts[name] = Path(tmp) / f"{name}.lua"
-            scripts[name].write_text(wrk_script(pause))
+        for pause in sorted({w.pause_ms for w in WRKS}):
+            scripts[pause] = Path(tmp) / f"pause-{pause}ms.lua"
+            scripts[pause].write_text(wrk_script(pause))
         for stage in chosen:
             rows += crosscheck_stage(stage, opts, run_dir, args.rounds, args.duration,
                                      args.pause, scripts)
