@@ -22,7 +22,10 @@ every header line), in three forms:
                about what Locust's own work costs between two requests of a
                user
 
-Prints a table and writes `crosscheck.csv` in a `results/<stamp>-crosscheck` run.
+Between two runs it waits for the last one's TIME_WAIT to go (up to 60 s): in
+stages 0 and 1 every request leaves one toward Redis, and a tool that starts
+with another's 10,000 pays for them. Prints a table and writes `crosscheck.csv`
+in a `results/<stamp>-crosscheck` run.
 """
 
 from __future__ import annotations
@@ -37,12 +40,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import book, cli, metrics, options, procs, results, runner, stages
+from benchmarks import book, cli, metrics, options, procs, results, runner, sandbox, stages
 from benchmarks.cli import say
 
 CROSSCHECK_CSV = "crosscheck.csv"
 KEY = "bench"  # KeyValueUser.key
 PAUSE_MS = 1
+DRAINED = 200  # TIME_WAIT sockets left on the stage's hosts before the next tool
 WRK_HINT = "apt-get install wrk (or `make setup`, which does it)"
 DEFAULT_STAGES = ("1", "3", "5")
 
@@ -115,6 +119,14 @@ def run_locust(client: list[str], url: str, seconds: int, out_dir: Path) -> dict
     return {"rps": round(totals["rps"], 1), "p50_ms": totals["p50_ms"]}
 
 
+def settle(box, pause: float) -> None:
+    """`pause` seconds, and until the last run's TIME_WAIT is gone (up to 60 s): in
+    stages 0 and 1 each request leaves one toward Redis, and a tool that starts with
+    the other's thousands would pay for them (lab 01)."""
+    time.sleep(pause)
+    sandbox.wait_for_time_wait_drain(DRAINED, say=say, count=box.time_wait)
+
+
 def crosscheck_stage(stage: stages.Stage, opts: options.RunOptions, run_dir: Path,
                      rounds: int, seconds: int, pause: float, scripts: dict) -> list[dict]:
     found = []
@@ -129,13 +141,13 @@ def crosscheck_stage(stage: stages.Stage, opts: options.RunOptions, run_dir: Pat
             row = {"stage": stage.key, "round": n, "locust_rps": loc["rps"],
                    "locust_p50_ms": loc["p50_ms"]}
             for wrk in WRKS:
-                time.sleep(pause)
+                settle(box, pause)
                 say(f"  round {n}/{rounds}: {wrk.name}, {seconds} s")
                 got = run_wrk(client, stack.url, seconds, wrk, scripts[wrk.pause_ms],
                               out / f"{wrk.column}.txt")
                 row.update({f"{wrk.column}_{k}": v for k, v in got.items()})
                 row[f"{wrk.column}_ratio"] = round(loc["rps"] / got["rps"], 3)
-            time.sleep(pause)
+            settle(box, pause)
             say("  " + line(row))
             found.append(row)
     return found
