@@ -252,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--user-classes", default="ChatUser",
                      help="with --target: Locust user classes, comma separated")
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
+    run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
+                     help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
+                          "a few seconds of headless Chromium after the stage)")
     cli.add_sandbox_options(run)
     run.set_defaults(func=cmd_run)
 

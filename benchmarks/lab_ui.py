@@ -45,18 +45,6 @@ def claim_port(port: int) -> socket.socket:
                            f"Locust). Pass another port: --ui-port {procs.free_port()}") from e
 
 
-def layout(stage: Stage, box: sandbox.Sandbox) -> dict:
-    """sockets.json: the classes (connecting host, listening host, port) and each host's
-    local port range, for benchmarks/sockets_live.py."""
-    ports = {"redis": box.port("redis"), "app": box.port("app")}
-    if stage.front:
-        ports["proxy"] = box.port("proxy")
-    classes = {name: (src, dst, ports[dst]) for name, (src, dst, _) in
-               stage.host_classes().items()}
-    ranges = {role: values.get(runner.PORT_RANGE) for role, values in box.sysctls().items()}
-    return {"classes": classes, "port_ranges": ranges}
-
-
 def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
                    web_port: int) -> list[str]:
     return [tool("locust"), "-f", f"{runner.LOCUSTFILE},{PLUGIN}", "--class-picker",
@@ -71,7 +59,7 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
     """Locust's UI, the sampler and the forward for a running stage; yields the URL."""
     stage_dir = stack.dir
     sampler_csv = stage_dir / results.SAMPLER_CSV
-    results.write_json(stage_dir / results.SOCKETS_JSON, layout(stage, box))
+    results.write_json(stage_dir / results.SOCKETS_JSON, runner.sockets_layout(stage, box))
     netns = box.namespace("client")
     ui_port = listener.getsockname()[1]
     # in a namespace Locust has the client host's port 8089 to itself; on the

@@ -38,6 +38,7 @@ class RunOptions:
     strict: bool = False  # exit 3 when a check fails
     server_cpus: str | None = None  # CPU set of the server roles (default: the last CPU)
     client_cpus: str | None = None  # CPU set of the client (default: the others)
+    screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
 
     def __post_init__(self):
         if not self.stages:
@@ -104,4 +105,5 @@ def from_args(args) -> RunOptions:
         socketio_users=args.socketio_users,
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
-        strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus)
+        strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
+        screenshots=args.screenshots)

@@ -22,8 +22,11 @@
           nginx/error.log                Nginx's error log (stages with a front)
           nginx/errors.json              counts of the errors the checks read from it
           metrics.json  checks.json      the numbers and the verdicts
+          sockets.json                   the classes and port ranges the Sockets tab reads
+          sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
 
-`sweep` and `fd_limit` make their runs here too, as `<timestamp>-<suffix>/`,
+`sweep`, `fd_limit`, `book` and `crosscheck` make their runs here too, as
+`<timestamp>-<suffix>/`,
 and leave `latest` to `lab run`.
 """
 
@@ -68,7 +71,8 @@ COUNT_JSON = "count.json"
 SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
 METRICS_JSON = "metrics.json"
 SOCKETS_JSON = "sockets.json"  # the Sockets tab's layout (benchmarks/sockets_live.py)
-SOCKETS_SCREENSHOT = "sockets-tab.png"  # the Sockets tab in a browser (tests/lab/test_ui.py)
+SOCKETS_SCREENSHOT = "sockets-tab.png"  # the Sockets tab in a browser (benchmarks/stage_shot.py)
+SOCKETS_SHOT_LOG = "sockets-tab.log"  # the Locust web UI that showed it
 LOCUST_UI_LOG = "locust-ui.log"  # `lab up`'s Locust web UI
 CHECKS_JSON = "checks.json"
 

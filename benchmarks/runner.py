@@ -439,6 +439,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
                     f"within the first 1/{FILL_WITHIN} of {opts.duration:g} s at that rate")
             sysctls = box.sysctls()
             results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
+            results.write_json(stage_dir / results.SOCKETS_JSON, sockets_layout(stage, box))
             say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
                                  f"{v.get(PORT_RANGE)}"
                                  for role, v in sysctls.items() if role in stage.connecting_roles))
@@ -461,8 +462,42 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
+    if opts.screenshots:
+        shown.phase("a screenshot of the Sockets tab")
+        screenshot(stage, stage_dir)
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
             "hosts": placed}
+
+
+def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
+    """sockets.json: the classes (connecting host, listening host, port) and each host's
+    local port range, for benchmarks/sockets_live.py."""
+    ports = {"redis": box.port("redis"), "app": box.port("app")}
+    if stage.front:
+        ports["proxy"] = box.port("proxy")
+    classes = {name: (src, dst, ports[dst]) for name, (src, dst, _) in
+               stage.host_classes().items()}
+    ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
+    return {"classes": classes, "port_ranges": ranges}
+
+
+_NO_BROWSER: list[str] = []  # said once per run
+
+
+def screenshot(stage: Stage, stage_dir: Path) -> None:
+    """The stage's Sockets tab as a PNG (benchmarks/stage_shot.py); a missing browser or
+    a failed shot is said, never fails the stage."""
+    from benchmarks import stage_shot, ui_browser  # here: stage_shot imports this module
+
+    if _NO_BROWSER:
+        return
+    try:
+        say(f"  screenshot: {results.rel(stage_shot.save(stage, stage_dir))}")
+    except ui_browser.BrowserMissing as e:
+        _NO_BROWSER.append(str(e))
+        say(f"  no screenshots of the Sockets tab: {e}")
+    except StageFailed as e:
+        say(f"  WARNING: no screenshot of the Sockets tab: {e}")
 
 
 @contextmanager

@@ -35,7 +35,7 @@ import gevent
 from flask import Response, jsonify, request, send_file
 from locust import events
 
-from benchmarks import sockets_live
+from benchmarks import results, sockets_live
 
 TAB_KEY = "sockets"
 STATIC = Path(__file__).parent / "static"
@@ -47,6 +47,10 @@ def _options(parser):
     parser.add_argument("--sockets-csv", default="", include_in_web_ui=False,
                        env_var="LOCUST_SOCKETS_CSV",
                        help="the sampler's CSV of the running stage (lab up sets it)")
+    parser.add_argument("--sockets-finished", action="store_true", include_in_web_ui=False,
+                       env_var="LOCUST_SOCKETS_FINISHED",
+                       help="the CSV is a finished stage's (benchmarks/stage_shot.py): its "
+                            "TIME_WAIT per request comes from metrics.json beside it")
     parser.add_argument("--sockets-every", type=float, default=5.0, include_in_web_ui=False,
                        env_var="LOCUST_SOCKETS_EVERY",
                        help="seconds between the headless run's sockets lines")
@@ -55,9 +59,10 @@ def _options(parser):
 class SocketsView:
     """What the tab, the JSON and the headless line show, from the sampler's CSV."""
 
-    def __init__(self, environment, sampler_csv: Path):
+    def __init__(self, environment, sampler_csv: Path, finished: bool = False):
         self.env, self.csv = environment, Path(sampler_csv)
         self.window = sockets_live.RequestWindow()
+        self.finished = finished
 
     def count_requests(self) -> None:
         """Locust's request count once a second, from the start: the per-request figure
@@ -73,8 +78,13 @@ class SocketsView:
     def stats(self) -> dict:
         layout = sockets_live.read_layout(self.csv)
         rows = sockets_live.read_rows(self.csv, last=1)
-        return sockets_live.snapshot(rows[-1] if rows else None, layout, self.window.recent(),
-                                     self.window.left_over)
+        snap = sockets_live.snapshot(rows[-1] if rows else None, layout,
+                                     self.window.recent(), self.window.left_over)
+        if self.finished:  # no live count: the stage's own figure
+            measured = results.read_json(self.csv.parent / results.METRICS_JSON)
+            for c in snap["classes"]:
+                c["tw_per_request"] = measured.get(f"tw_{c['class']}_per_request")
+        return snap
 
     def series(self, last: int = 300) -> dict:
         layout = sockets_live.read_layout(self.csv)
@@ -97,7 +107,7 @@ def _init(environment, **_kwargs):
         log.error("--sockets-csv %s: no stage is up there (no folder %s). Start one: "
                   "python -m benchmarks.lab up 0", options.sockets_csv, folder)
         sys.exit(2)
-    view = SocketsView(environment, Path(options.sockets_csv))
+    view = SocketsView(environment, Path(options.sockets_csv), options.sockets_finished)
     if getattr(options, "class_picker", False) and options.user_classes:
         # preselect the stage's classes: the picker selects every class it offers
         environment.available_user_classes = {

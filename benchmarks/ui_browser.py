@@ -120,6 +120,11 @@ def table(driver) -> dict[str, list[str]]:
     return rows
 
 
+def wait_for_table(driver, seconds: float = 30) -> dict[str, list[str]]:
+    """The tab's table once it has its rows (it fills on the UI's next poll)."""
+    return _wait(lambda: table(driver), seconds, "the Sockets tab's table stayed empty")
+
+
 def redis_time_wait(driver) -> int:
     """TIME_WAIT toward Redis as the tab shows it (the row `class redis: app -> ...`)."""
     def read():
@@ -130,10 +135,21 @@ def redis_time_wait(driver) -> int:
     return int(_wait(read, 30, "no TIME_WAIT toward Redis in the Sockets tab"))
 
 
-def stop_swarm(driver) -> None:
+def wait_for_status(driver, status: str, seconds: float = 30) -> None:
+    """Until the header's Status reads `status` (e.g. STOPPED)."""
     from selenium.webdriver.common.by import By
 
-    for button in driver.find_elements(By.XPATH, "//button[normalize-space()='Stop']"):
+    _wait(lambda: status in driver.find_element(By.TAG_NAME, "header").text.upper(),
+          seconds, f"Locust's status never read {status}")
+
+
+def stop_swarm(driver, wait: float = 0) -> None:
+    """Click Stop (waiting up to `wait` seconds for the button to be drawn)."""
+    from selenium.webdriver.common.by import By
+
+    def buttons():
+        return driver.find_elements(By.XPATH, "//button[normalize-space()='Stop']")
+    for button in _wait(buttons, wait, "no Stop button") if wait else buttons():
         button.click()
 
 

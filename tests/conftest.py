@@ -264,3 +264,16 @@ def gunicorn(redis_url: str, workdir, worker_args: list[str]):
         yield f"http://127.0.0.1:{port}"
     finally:
         procs.stop(proc)
+
+
+def need_browser() -> None:
+    """Headless Chromium or, without one, a skip with the install command; a failure in
+    CI (`make test` installs it), so a browser test never passes there by being skipped."""
+    from benchmarks import ui_browser
+
+    try:
+        ui_browser.find_browser()
+    except ui_browser.BrowserMissing as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the browser test's browser: {e}", pytrace=False)
+        pytest.skip(str(e))

@@ -16,9 +16,9 @@ import sys
 import time
 
 import pytest
-from conftest import ctrl_c, read_until
+from conftest import ctrl_c, need_browser, read_until
 
-from benchmarks import hosts, metrics, nginx_conf, procs, runner, stages
+from benchmarks import hosts, metrics, nginx_conf, procs, runner, stage_shot, stages, ui_browser
 
 ROOT = stages.ROOT
 
@@ -119,6 +119,34 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         assert {c["name"] for c in checks} == {c.metric for c in stage.checks}
         for c in checks:
             assert set(c) >= {"name", "expected", "measured", "passed"}
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_every_stage_has_its_sockets_tab_screenshot(full_run):
+    """`lab run` saves the Sockets tab of each stage (benchmarks/stage_shot.py), and in
+    stage 0 the tab shows the TIME_WAIT toward Redis the stage left."""
+    need_browser()
+    run_dir = full_run["run_dir"]
+    for stage in stages.STAGES:
+        png = run_dir / stage.dirname / "sockets-tab.png"
+        assert png.exists(), f"{stage.dirname}: no screenshot\n" + (
+            full_run["results"] / "lab-output.txt").read_text()[-3000:]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    stage0 = run_dir / stages.get("0").dirname
+    expected = json.loads((stage0 / "metrics.json").read_text())["tw_redis_peak"]
+    port = procs.free_port()
+    viewer = procs.start(stage_shot.viewer_command(stages.get("0"), stage0, port),
+                         env=runner.child_env(), cwd=ROOT)
+    try:
+        procs.wait_for_port(port, proc=viewer, timeout=60)
+        with ui_browser.chromium() as driver:
+            driver.get(f"http://127.0.0.1:{port}")
+            ui_browser.open_sockets_tab(driver)
+            shown = ui_browser.redis_time_wait(driver)
+    finally:
+        procs.stop(viewer)
+    assert 0 < shown <= expected  # the last sample's, at most the stage's peak
 
 
 @pytest.mark.netns
@@ -252,7 +280,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
     before = hosts.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
     result = lab("run", "--sandbox", "host", "--stages", "4", "--duration", "3", "--warmup",
-                 "1", "--users", "10", "--results", str(tmp_path), timeout=180)
+                 "1", "--users", "10", "--no-screenshots", "--results", str(tmp_path),
+                 timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "host sysctls NOT applied" in result.stdout
     assert "loopback" in result.stdout  # the note on what host mode may hide

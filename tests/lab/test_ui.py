@@ -10,7 +10,6 @@ Each test judges only the lab it started (another may run on the machine).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ctrl_c, read_until
+from conftest import ctrl_c, need_browser, read_until
 
 from benchmarks import (
     hosts,
@@ -189,14 +188,8 @@ def test_forward_copies_both_ways_and_stop_releases_the_port():
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium; without one: skipped with the install command, but failed in
-    CI (`make test` installs it), so it can never pass there by being skipped."""
-    try:
-        ui_browser.find_browser()
-    except ui_browser.BrowserMissing as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI needs the browser test's browser: {e}", pytrace=False)
-        pytest.skip(str(e))
+    """Headless Chromium (conftest.need_browser: skipped without one, failed in CI)."""
+    need_browser()
     with ui_browser.chromium() as driver:
         yield driver
 
