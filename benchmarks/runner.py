@@ -464,7 +464,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
     if opts.screenshots:
         shown.phase("a screenshot of the Sockets tab")
-        screenshot(stage, stage_dir)
+        screenshot(stage, stage_dir, stack.url)
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
             "hosts": placed}
 
@@ -484,7 +484,7 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
 _NO_BROWSER: list[str] = []  # said once per run
 
 
-def screenshot(stage: Stage, stage_dir: Path) -> None:
+def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
     """The stage's Sockets tab as a PNG (benchmarks/stage_shot.py); a missing browser or
     a failed shot is said, never fails the stage."""
     from benchmarks import stage_shot, ui_browser  # here: stage_shot imports this module
@@ -492,7 +492,7 @@ def screenshot(stage: Stage, stage_dir: Path) -> None:
     if _NO_BROWSER:
         return
     try:
-        say(f"  screenshot: {results.rel(stage_shot.save(stage, stage_dir))}")
+        say(f"  screenshot: {results.rel(stage_shot.save(stage, stage_dir, url))}")
     except ui_browser.BrowserMissing as e:
         _NO_BROWSER.append(str(e))
         say(f"  no screenshots of the Sockets tab: {e}")

@@ -5,8 +5,8 @@ shown the way an attendee saw it live: Locust's web UI, on a free port of the
 machine's 127.0.0.1, with benchmarks/sockets_ui.py reading the stage's
 `sampler.csv` (`--sockets-finished`: the TIME_WAIT-per-request column is the
 stage's own figure from `metrics.json`). A swarm of 0 users is started so the
-UI shows its tabs, and stopped at once; it sends nothing, to a host nobody
-listens on. Headless
+UI shows its tabs, and stopped at once; it sends nothing (the header names the
+stage's entry point, whose servers are gone by then). Headless
 Chromium (benchmarks/ui_browser.py) opens the tab and saves
 `<stage folder>/sockets-tab.png`; then both stop.
 
@@ -28,22 +28,23 @@ NOWHERE = "http://127.0.0.1:9"  # the discard port: a 0-user swarm never sends t
 START_TIMEOUT = 60.0
 
 
-def viewer_command(stage: Stage, stage_dir: Path, port: int) -> list[str]:
-    """Locust's web UI over a finished stage's capture, a 0-user swarm started."""
+def viewer_command(stage: Stage, stage_dir: Path, port: int, url: str = NOWHERE) -> list[str]:
+    """Locust's web UI over a finished stage's capture, a 0-user swarm started. `url`:
+    the stage's entry, for the header (its servers are gone; 0 users send nothing)."""
     return [runner.tool("locust"), "-f", f"{runner.locustfile(stage.users)},{PLUGIN}",
-            "--web-host", "127.0.0.1", "--web-port", str(port), "--host", NOWHERE,
+            "--web-host", "127.0.0.1", "--web-port", str(port), "--host", url,
             "--autostart", "-u", "0", "-r", "1",
             "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished",
             *stage.users]
 
 
-def save(stage: Stage, stage_dir: Path) -> Path:
+def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
     """`<stage_dir>/sockets-tab.png` of the finished stage; StageFailed if it cannot be
     made, ui_browser.BrowserMissing without a browser."""
     ui_browser.find_browser()
     port = procs.free_port()
     log = stage_dir / results.SOCKETS_SHOT_LOG
-    viewer = procs.start(viewer_command(stage, stage_dir, port), log=log,
+    viewer = procs.start(viewer_command(stage, stage_dir, port, url), log=log,
                          env=runner.child_env(), cwd=ROOT)
     out = stage_dir / results.SOCKETS_SCREENSHOT
     try:
