@@ -12,6 +12,7 @@
         summary.csv  report.md  plots/   the whole run (benchmarks/report.py)
         00-builtin/                      one folder per stage (Stage.dirname)
           locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
+          locust.html                    Locust's own report of the measured run (--html)
           locust_stats.csv ...           Locust's --csv files, rewritten once a second
           sampler.csv                    the sampler's time series
           sysctl.json  verify.json       what the stage ran with and answered
@@ -56,6 +57,7 @@ PLOTS = "plots"
 LOCUST_PREFIX = "locust"  # Locust's --csv prefix: locust_stats.csv, locust_stats_history.csv
 LOCUST_STATS = "locust_stats.csv"
 LOCUST_JSON = "locust.json"  # --json-file: every request, written as Locust exits
+LOCUST_HTML = "locust.html"  # --html: Locust's own report of the measured run
 LOCUST_HISTORY = "locust_stats_history.csv"
 SAMPLER_CSV = "sampler.csv"
 SYSCTL_JSON = "sysctl.json"

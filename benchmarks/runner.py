@@ -253,8 +253,9 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                 "--chat-socketio-users", str(socketio_users(opts, user_classes))]
         if users_file:
             cmd += ["--chat-users-file", str(users_file)]
-    if csv_prefix:  # the CSVs for their history, the JSON for exact totals
-        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix)]
+    if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
+        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
+                "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
     return [*cmd, *opts.locust_args, *user_classes]
 
 

@@ -110,7 +110,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     assert (run_dir / "report.md").exists()
     for stage in stages.STAGES:
         d = run_dir / stage.dirname
-        for name in ("locust.json", "locust_stats.csv", "sampler.csv", "checks.json",
+        for name in ("locust.json", "locust.html", "locust_stats.csv", "sampler.csv", "checks.json",
                      "sysctl.json", "count.json", "app.log", "redis.log",
                      *(f"snapshots/{role}/{f}" for role in stage.roles
                        for f in ("ss-tanp.txt", "ss-s.txt", "netstat-tan.txt"))):
