@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   var COLOURS = { redis: "#d62728", upstream: "#1f77b4", front: "#2ca02c" };
-  var W = 760, H = 260, L = 60, R = 130, T = 16, B = 40;
+  var W = 760, H = 260, L = 60, R = 160, T = 16, B = 40;  // R: room for "TIME_WAIT upstream"
 
   function tabTable() {
     var heads = document.querySelectorAll("table th");
@@ -47,7 +47,7 @@
     svg.appendChild(el("text", { x: W - R, y: H - B + 16, "text-anchor": "end", "font-size": 11,
       fill: "currentColor" }, Math.round(x1) + " s"));
     svg.appendChild(el("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle",
-      "font-size": 12, fill: "currentColor" }, "seconds since the stage came up"));
+      "font-size": 12, fill: "currentColor" }, "seconds since the capture began"));
     svg.appendChild(el("text", { x: 14, y: (T + H - B) / 2, "text-anchor": "middle",
       "font-size": 12, fill: "currentColor",
       transform: "rotate(-90 14 " + (T + H - B) / 2 + ")" }, "sockets"));
