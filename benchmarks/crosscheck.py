@@ -182,6 +182,7 @@ def run(args) -> int:
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
                               client_cpus=args.client_cpus)
+    runner.refuse_if_up(opts.results)
     run_dir = results.new_run(opts.results, suffix="crosscheck")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ftl-wrk-") as tmp:

@@ -129,11 +129,7 @@ def cmd_up(args) -> int:
                               results=Path(args.results), server_cpus=args.server_cpus,
                               client_cpus=args.client_cpus)
     state = results.up_state(opts.results)
-    if state.exists():
-        old = results.read_json(state)
-        if hosts.pid_alive(old.get("pid")):
-            raise options.OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
-                                       "stop it with Ctrl-C first")
+    runner.refuse_if_up(opts.results)
     listener = lab_ui.claim_port(args.ui_port)  # before anything starts
     with runner.running_stage(stage, opts) as (box, stack, users_file), \
             lab_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:

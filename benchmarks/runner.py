@@ -501,6 +501,17 @@ def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
         say(f"  WARNING: no screenshot of the Sockets tab: {e}")
 
 
+def refuse_if_up(results_dir: Path) -> None:
+    """A clear error while a `lab up` serves a stage from this results folder: a second
+    stage there would empty its folder (running_stage) and share its state file."""
+    state = results.up_state(results_dir)
+    if state.exists():
+        old = results.read_json(state)
+        if hosts.pid_alive(old.get("pid")):
+            raise OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
+                               "stop it with Ctrl-C first")
+
+
 @contextmanager
 def running_stage(stage: Stage, opts: RunOptions):
     """A stage's sandbox and servers, seeded and verified, for `lab up` and

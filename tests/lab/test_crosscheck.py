@@ -9,6 +9,7 @@ on stage 3 in network namespaces (root only).
 from __future__ import annotations
 
 import csv
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import run_module
 
-from benchmarks import crosscheck, hosts, procs, runner, stages
+from benchmarks import crosscheck, hosts, procs, results, runner, stages
 
 ROOT = stages.ROOT
 VENV_BIN = Path(sys.executable).parent
@@ -126,3 +127,14 @@ def test_a_short_crosscheck_on_stage_3(tmp_path):
         float(row["locust_rps"]) / float(row["wrk_rps"]), abs=0.01)
     assert "Locust" in out and all(w.name in out for w in crosscheck.WRKS)
     assert "-t100 -c100" in (run_dir / "03-eventlet-keepalive" / "round-1" / "wrk.txt").read_text()
+
+
+def test_refused_while_a_stage_is_up_in_the_same_results_folder(tmp_path):
+    """Its stage would empty the folder `lab up` serves from; the state file names a live
+    pid (this test's), as a running `lab up` writes it."""
+    results.write_json(results.up_state(tmp_path), {"stage": "0", "pid": os.getpid()})
+    code, out = run_module("benchmarks.crosscheck", "--stages", "3", "--results",
+                           str(tmp_path), timeout=60)
+    assert code == 2, out
+    assert "stage 0 is already up" in out
+    assert not list(tmp_path.glob("*-crosscheck"))
