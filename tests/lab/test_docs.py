@@ -814,3 +814,15 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
         assert f"{doc}:{line}: " in found[line - 2] and why in found[line - 2], found[line - 2]
     assert found[-2:] == ["", ""]
     assert unlabelled_fences(doc) == [f"{doc}:13: ```console"]
+
+
+def test_docs_name_every_package_make_setup_installs():
+    """README and lab 00 list what `make setup` installs: the Makefile's SYSTEM_TOOLS."""
+    line = next(ln for ln in (ROOT / "Makefile").read_text().splitlines()
+                if ln.startswith("SYSTEM_TOOLS :="))
+    packages = [pair.split(":")[1] for pair in line.split(":=", 1)[1].split()]
+    assert len(packages) >= 10, packages
+    for path in (ROOT / "README.md", EXERCISES / "00-setup.md"):
+        text = path.read_text()
+        missing = [p for p in packages if f"`{p}`" not in text]
+        assert not missing, f"{rel(path)} does not name {missing}"
