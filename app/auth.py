@@ -7,7 +7,7 @@ from functools import lru_cache
 from flask import Blueprint, abort, current_app, g, jsonify
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from . import chat_store
+from . import attempts, chat_store
 from .redis_store import get_redis
 from .tokens import issue_token, login_required, new_token_key
 from .validation import USERNAME_MAX_LENGTH, json_body, require_email, require_password, require_str
@@ -25,6 +25,7 @@ def dummy_hash(method: str) -> str:
 
 @bp.post("/register")
 def register():
+    attempts.check_register()
     data = json_body()
     email = require_email(data)
     password = require_password(data)
@@ -34,6 +35,7 @@ def register():
                                            method=current_app.config["PASSWORD_HASH_METHOD"])
     user = chat_store.create_user(get_redis(), email, username, password_hash, new_token_key())
     if user is None:
+        attempts.failed()  # it told a stranger that this email has an account
         abort(409, "email already registered")
     return jsonify(user), 201
 
@@ -42,12 +44,14 @@ def register():
 def login():
     data = json_body()
     email = require_email(data)
+    attempts.check_login(email)
     password = require_str(data, "password", allowed_controls=None)
     r = get_redis()
     user = chat_store.get_user_by_email(r, email, with_secrets=True)
     stored_hash = (user.pop("password", None) if user else None) or dummy_hash(
         current_app.config["PASSWORD_HASH_METHOD"])
     if not check_password_hash(stored_hash, password) or user is None:
+        attempts.login_failed(email)
         abort(401, "invalid email or password")
     token_key = user.pop("token_key")
     if token_key is None:  # stored before token keys existed

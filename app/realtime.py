@@ -35,7 +35,7 @@ from flask_socketio import SocketIO, join_room
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import chat_store
+from . import chat_store, socket_guard
 from .errors import error_body, redis_unavailable
 from .redis_store import get_redis
 from .rooms import room_name, room_or_abort, store_message
@@ -168,6 +168,9 @@ def init_app(app: Flask) -> SocketIO:
         "async_mode": detect_async_mode(),
         "cors_allowed_origins": config["CORS_ALLOWED_ORIGINS"],
         "max_http_buffer_size": config["MAX_CONTENT_LENGTH"],
+        "transports": config["SOCKETIO_TRANSPORTS"],
+        "ping_interval": config["SOCKETIO_PING_INTERVAL"],
+        "ping_timeout": config["SOCKETIO_PING_TIMEOUT"],
     }
     if config["SOCKETIO_MESSAGE_QUEUE"]:
         options["message_queue"] = config["REDIS_URL"]
@@ -176,4 +179,5 @@ def init_app(app: Flask) -> SocketIO:
     socketio.on_event("connect", on_connect)
     socketio.on_event("joinRoom", on_join_room)
     socketio.on_event("sendMessage", on_send_message)
+    socket_guard.init_app(app, socketio)
     return socketio

@@ -45,14 +45,16 @@ DEFAULTS = {
     "ROOM_HISTORY_MAX": 1000,  # messages kept per room (older ones trimmed)
     "KV_KEY_MAX_LENGTH": 128,
     "MAX_CONTENT_LENGTH": 64 * 1024,  # bytes of request body; larger gets 413
-    # Attempt limits (Flask-Limiter, counted in the same Redis), in its
-    # "N per period" notation. Only FAILED logins count, per account and per
-    # address: the lab logs a few hundred seeded users in from one address in
-    # seconds, and none of that may meet a limit. Sign-ups count per address,
-    # sized for a Locust run that registers a user and a friend per simulated
-    # user (no CHAT_USERS_FILE).
-    "LOGIN_FAILURES_PER_ACCOUNT": "10 per 15 minutes",
-    "LOGIN_FAILURES_PER_ADDRESS": "100 per 15 minutes",
+    # Attempt limits (app/attempts.py, counted in the same Redis), in the
+    # `limits` notation. Only FAILED attempts count, and the account-wide one
+    # only for addresses that have failed for that account: the lab logs a few
+    # hundred seeded users in from one address in seconds, and none of that may
+    # meet a limit; a stranger cannot lock an owner out. Sign-ups count per
+    # address, sized for a Locust run that registers a user and a friend per
+    # simulated user (no CHAT_USERS_FILE).
+    "FAILED_ATTEMPTS_PER_ADDRESS": "100 per 15 minutes",
+    "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS": "10 per 15 minutes",
+    "LOGIN_FAILURES_PER_ACCOUNT": "50 per 15 minutes",
     "REGISTER_LIMIT_PER_ADDRESS": "2000 per hour",
     # Socket.IO: the Redis message queue lets a broadcast reach members on
     # every worker process. Only Flask-SocketIO's in-process test client needs
@@ -66,13 +68,26 @@ DEFAULTS = {
     # to allow others. Non-browser clients that send no Origin (websocket-client,
     # used by Locust's Socket.IO user and the tests) are not checked.
     "CORS_ALLOWED_ORIGINS": None,
+    # Engine.IO transports the server accepts: the stages' clients use the
+    # websocket only; "polling,websocket" for a stage that teaches polling.
+    "SOCKETIO_TRANSPORTS": "websocket",
+    # Seconds a client has, after the Engine.IO handshake, to connect to
+    # Socket.IO with a valid token; then its session is closed (socket_guard.py).
+    "SOCKETIO_AUTH_TIMEOUT": 5.0,
+    # Engine.IO pings every interval; a client that has not answered within
+    # the timeout is gone, and its connection is closed (Engine.IO's defaults).
+    "SOCKETIO_PING_INTERVAL": 25.0,
+    "SOCKETIO_PING_TIMEOUT": 20.0,
 }
+
+TRANSPORTS = ("polling", "websocket")
 
 _INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "IDEMPOTENCY_TTL", "PASSWORD_MIN_LENGTH",
          "MESSAGE_MAX_LENGTH", "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
-_FLOATS = ("REDIS_POOL_TIMEOUT", "REDIS_CONNECT_TIMEOUT", "REDIS_SOCKET_TIMEOUT")
-_LIMITS = ("LOGIN_FAILURES_PER_ACCOUNT", "LOGIN_FAILURES_PER_ADDRESS",
-           "REGISTER_LIMIT_PER_ADDRESS")
+_FLOATS = ("REDIS_POOL_TIMEOUT", "REDIS_CONNECT_TIMEOUT", "REDIS_SOCKET_TIMEOUT",
+           "SOCKETIO_AUTH_TIMEOUT", "SOCKETIO_PING_INTERVAL", "SOCKETIO_PING_TIMEOUT")
+ATTEMPT_LIMITS = ("FAILED_ATTEMPTS_PER_ADDRESS", "LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS",
+                  "LOGIN_FAILURES_PER_ACCOUNT", "REGISTER_LIMIT_PER_ADDRESS")
 
 
 class ConfigError(RuntimeError):
@@ -97,6 +112,17 @@ def cors_origins(value) -> str | list[str] | None:
         raise ConfigError("CORS_ALLOWED_ORIGINS (FLASK_CORS_ALLOWED_ORIGINS) must be '*' or "
                           f"comma-separated origins, not {value!r}")
     return [i.strip().rstrip("/") for i in items if i.strip()] or None
+
+
+def transports(value) -> list[str]:
+    """The accepted Engine.IO transports, from a list or a comma-separated string."""
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, list) and all(isinstance(i, str) for i in items):
+        chosen = [i.strip() for i in items if i.strip()]
+        if chosen and set(chosen) <= set(TRANSPORTS):
+            return chosen
+    raise ConfigError("SOCKETIO_TRANSPORTS (FLASK_SOCKETIO_TRANSPORTS) must be a comma-separated "
+                      f"list of {', '.join(TRANSPORTS)}, not {value!r}")
 
 
 def validate(config: dict, logger: logging.Logger) -> None:
@@ -130,7 +156,8 @@ def validate(config: dict, logger: logging.Logger) -> None:
         raise ConfigError("REDIS_URL (FLASK_REDIS_URL) must be a redis:// URL")
 
     config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
-    for name in _LIMITS:
+    config["SOCKETIO_TRANSPORTS"] = transports(config.get("SOCKETIO_TRANSPORTS"))
+    for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))
         except ValueError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, g, jsonify
 
-from . import chat_store
+from . import attempts, chat_store
 from .redis_store import get_redis
 from .tokens import login_required
 from .validation import json_body, normalize_email, require_id
@@ -61,9 +61,11 @@ def add_friend():
     friend_id = require_id(json_body(), "friendId")
     if friend_id == g.user_id:
         abort(400, "you cannot befriend yourself")
+    attempts.check_address()
     r = get_redis()
     outcome = chat_store.request_friend(r, g.user_id, friend_id)
     if outcome == "unknown":
+        attempts.failed()  # it told the caller that no user has this id
         abort(404, "unknown user")
     if outcome == "requested":
         return jsonify({"status": "requested"}), 202

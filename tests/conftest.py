@@ -250,20 +250,27 @@ def running_with(marker: str) -> list[str]:
 
 
 @contextmanager
-def gunicorn(redis_url: str, workdir, worker_args: list[str]):
-    """A real gunicorn serving the app on a free port (pool mode); yields its URL,
-    logs to workdir/gunicorn.log, stopped on exit."""
+def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict | None = None):
+    """A real gunicorn serving the app on a free port (pool mode); yields (URL, process),
+    logs to workdir/gunicorn.log, stopped on exit. `env`: more FLASK_* settings."""
     port = procs.free_port()
     env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
-           "FLASK_REDIS_MODE": "pool"}
+           "FLASK_REDIS_MODE": "pool", **(env or {})}
     gunicorn_bin = Path(sys.executable).parent / "gunicorn"
     proc = procs.start([str(gunicorn_bin), *worker_args, "-b", f"127.0.0.1:{port}",
                         "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
     try:
         procs.wait_for_port(port, proc=proc, timeout=30)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         procs.stop(proc)
+
+
+@contextmanager
+def gunicorn(redis_url: str, workdir, worker_args: list[str]):
+    """gunicorn_process, for tests that need only the URL."""
+    with gunicorn_process(redis_url, workdir, worker_args) as (url, _):
+        yield url
 
 
 def need_browser() -> None:
@@ -277,3 +284,40 @@ def need_browser() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI needs the browser test's browser: {e}", pytrace=False)
         pytest.skip(str(e))
+
+
+class EngineIOServer:
+    """A gunicorn serving the app with both Engine.IO transports, and a user's token."""
+
+    def __init__(self, worker: str, url: str, proc: subprocess.Popen):
+        self.worker, self.url, self.proc = worker, url, proc
+        self.polling = f"{url}/socket.io/?EIO=4&transport=polling"
+        self.token = self.user_token()
+
+    def user_token(self) -> str:
+        import requests
+
+        email = f"eio-{os.getpid()}-{time.monotonic_ns()}@example.test"
+        body = {"email": email, "password": PASSWORD, "username": "eio"}
+        assert requests.post(self.url + "/auth/register", json=body, timeout=10).status_code == 201
+        login = requests.post(self.url + "/auth/login", json=body, timeout=10)
+        return login.json()["access_token"]
+
+    def handshake(self, session) -> str:
+        """A new polling session's sid."""
+        import json
+
+        response = session.get(self.polling, timeout=5)
+        assert response.status_code == 200 and response.text.startswith("0"), response.text
+        return json.loads(response.text[1:])["sid"]
+
+
+@pytest.fixture(scope="module", params=["eventlet", "gevent"])
+def eio_server(request, redis_url, tmp_path_factory):
+    """One gunicorn worker (so every request of a session reaches it), polling allowed,
+    a 2-second deadline to connect to Socket.IO."""
+    workdir = tmp_path_factory.mktemp(f"eio-{request.param}")
+    env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "2"}
+    args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3"]
+    with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
+        yield EngineIOServer(request.param, url, proc)

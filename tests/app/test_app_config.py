@@ -71,6 +71,13 @@ def test_defaults():
     assert config["MESSAGE_MAX_LENGTH"] == 2000
     assert config["MAX_CONTENT_LENGTH"] == 64 * 1024
     assert config["PASSWORD_HASH_METHOD"] == "scrypt"
+    assert config["SOCKETIO_TRANSPORTS"] == ["websocket"]  # what the stages' clients use
+
+
+def test_transports_come_from_a_comma_separated_setting(monkeypatch):
+    monkeypatch.setenv("FLASK_SOCKETIO_TRANSPORTS", "polling, websocket")
+    app = create_app({"SECRET_KEY": "k"})
+    assert app.extensions["socketio"].server.eio.transports == ["polling", "websocket"]
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -82,6 +89,11 @@ def test_defaults():
     ({"MESSAGE_MAX_LENGTH": True}, "MESSAGE_MAX_LENGTH"),
     ({"PASSWORD_HASH_METHOD": "plain"}, "PASSWORD_HASH_METHOD"),
     ({"REDIS_URL": ""}, "REDIS_URL"),
+    ({"SOCKETIO_TRANSPORTS": "carrier-pigeon"}, "SOCKETIO_TRANSPORTS"),
+    ({"SOCKETIO_TRANSPORTS": ""}, "SOCKETIO_TRANSPORTS"),
+    ({"SOCKETIO_AUTH_TIMEOUT": 0}, "SOCKETIO_AUTH_TIMEOUT"),
+    ({"SOCKETIO_PING_TIMEOUT": "soon"}, "SOCKETIO_PING_TIMEOUT"),
+    ({"LOGIN_FAILURES_PER_ACCOUNT": "often"}, "LOGIN_FAILURES_PER_ACCOUNT"),
 ])
 def test_bad_settings_fail_at_start_up(overrides, match):
     with pytest.raises(ConfigError, match=match):

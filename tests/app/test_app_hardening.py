@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 
 import pytest
 import redis
@@ -226,27 +227,70 @@ def test_catch_up_after_a_message_id(client, auth, app):
 
 # --- log-in and sign-up --------------------------------------------------------------
 
-def test_failed_logins_are_limited_per_account(make_app, assert_error):
+def login_from(client, address: str, email: str, password: str = "wrong-password"):
+    return client.post("/auth/login", json={"email": email, "password": password},
+                       environ_base={"REMOTE_ADDR": address})
+
+
+def test_failed_logins_slow_down_the_guessing_address_only(make_app, assert_error):
+    client = make_app(LOGIN_FAILURES_PER_ACCOUNT_AND_ADDRESS="3 per minute").test_client()
+    from conftest import AuthActions
+    user = AuthActions(client).user()
+    for _ in range(3):
+        assert_error(login_from(client, "203.0.113.9", user.email), 401)
+    blocked = login_from(client, "203.0.113.9", user.email, PASSWORD)  # even the right one
+    body = assert_error(blocked, 429, "too_many_requests")
+    assert "too many attempts" in body["message"] and int(blocked.headers["Retry-After"]) > 0
+    assert login_from(client, "198.51.100.2", user.email, PASSWORD).status_code == 200
+
+
+def test_the_account_wide_limit_spares_addresses_that_never_failed(make_app, assert_error):
     client = make_app(LOGIN_FAILURES_PER_ACCOUNT="3 per minute").test_client()
+    from conftest import AuthActions
+    user = AuthActions(client).user()
+    for n in range(3):  # a guesser with three addresses spends the account's tries
+        assert_error(login_from(client, f"203.0.113.{n}", user.email), 401)
+    assert_error(login_from(client, "203.0.113.0", user.email), 429)
+    assert_error(login_from(client, "203.0.113.7", user.email), 401)  # a fresh one: once
+    assert_error(login_from(client, "203.0.113.7", user.email, PASSWORD), 429)
+    assert login_from(client, "198.51.100.2", user.email, PASSWORD).status_code == 200
+
+
+def test_the_owner_logs_in_while_a_stranger_hammers_the_account(app):
+    """The issue's case with the default limits: 1,000 wrong logins for the owner's
+    email from one address, the owner logging in from another every 100 of them."""
+    client = app.test_client()
+    from conftest import AuthActions
+    user = AuthActions(client).user()
+    seen, owner = Counter(), []
+    for n in range(1000):
+        seen[login_from(client, "203.0.113.9", user.email).status_code] += 1
+        if n % 100 == 99:
+            owner.append(login_from(client, "198.51.100.2", user.email, PASSWORD).status_code)
+    assert seen == {401: 10, 429: 990}, seen
+    assert owner == [200] * 10
+
+
+def test_every_answer_that_tells_something_counts_per_address(make_app, assert_error):
+    """A failed login, a sign-up for a registered email (409), a friend request for an
+    unknown id (404): one budget per address."""
+    client = make_app(FAILED_ATTEMPTS_PER_ADDRESS="4 per minute").test_client()
     from conftest import AuthActions
     auth = AuthActions(client)
     user = auth.user()
-    for _ in range(3):
-        assert_error(auth.login(user.email, "wrong-password"), 401)
-    blocked = auth.login(user.email)  # even the right password, until the window ends
-    body = assert_error(blocked, 429, "too_many_requests")
-    assert "too many attempts" in body["message"] and blocked.headers.get("Retry-After")
-    other = auth.user()  # other accounts are not affected
-    assert auth.login(other.email).status_code == 200
-
-
-def test_failed_logins_are_limited_per_address(make_app, assert_error):
-    client = make_app(LOGIN_FAILURES_PER_ADDRESS="4 per minute").test_client()
-    from conftest import AuthActions
-    auth = AuthActions(client)
-    for n in range(4):
-        assert_error(auth.login(f"nobody{n}@example.test", "whatever-pw"), 401)
-    assert_error(auth.login("nobody-else@example.test", "whatever-pw"), 429)
+    assert_error(auth.login("nobody1@example.test", "whatever-pw"), 401)
+    assert_error(auth.register(user.email), 409)
+    assert_error(auth.register(user.email), 409)
+    assert_error(client.post("/users/friends", json={"friendId": 999_999},
+                             headers=user.headers), 404)
+    assert_error(auth.login("nobody2@example.test", "whatever-pw"), 429)
+    assert_error(auth.register("fresh@example.test"), 429)
+    assert_error(client.post("/users/friends", json={"friendId": 999_999},
+                             headers=user.headers), 429)
+    other = client.post("/auth/register", environ_base={"REMOTE_ADDR": "198.51.100.2"},
+                        json={"email": "fresh@example.test", "username": "f",
+                              "password": PASSWORD})
+    assert other.status_code == 201  # another address is not affected
 
 
 def test_sign_ups_are_limited_per_address(make_app, assert_error):

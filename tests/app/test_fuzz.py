@@ -148,3 +148,90 @@ def test_no_socket_connect_crashes(world, auth_value):
     finally:
         if socket.is_connected():
             socket.disconnect()
+
+
+# --- the Engine.IO layer, on a real gunicorn (the `eio_server` fixture) ---------------
+# Every packet type and some garbage, on both transports, for open, closed and unknown
+# sessions, with and without a Socket.IO connection made with a token: no answer of 5xx,
+# none later than 5 s, and a websocket either answers the next frame or is closed.
+EIO_FRAMES = [str(i) for i in range(10)] + [
+    "", "x", "4{", "40{", '42["sendMessage"', "451-[", "b!!!", "4\x1e9", "99", "-1",
+    "2probe", "5", '40{"token":"forged"}']
+EIO_CASES = [(s, t) for s in ("open", "closed", "unknown") for t in (True, False)]
+
+
+def polling_case(server, http, session: str, token: bool, frame: str) -> int:
+    """The fuzz frame POSTed to a polling session in the given state; the status."""
+    url = server.polling
+    if session == "unknown":
+        sid = "unknown-session-id"
+    else:
+        sid = server.handshake(http)
+        if token:
+            connect = f'40{{"token":"{server.token}"}}'
+            assert http.post(f"{url}&sid={sid}", data=connect, timeout=5).status_code == 200
+            assert http.get(f"{url}&sid={sid}", timeout=5).text.startswith("40")
+        if session == "closed":
+            assert http.post(f"{url}&sid={sid}", data=b"1", timeout=5).status_code == 200
+    return http.post(f"{url}&sid={sid}", data=frame.encode(), timeout=5).status_code
+
+
+def websocket_case(server, session: str, token: bool, frame: str) -> str:
+    """The fuzz frame on a websocket; what became of it ('answered', 'closed', a status)."""
+    import websocket
+
+    url = server.url.replace("http", "ws", 1) + "/socket.io/?EIO=4&transport=websocket"
+    if session != "open":  # a websocket for a polling session that is not (any more)
+        with requests_session() as http:
+            sid = server.handshake(http) if session == "closed" else "unknown-session-id"
+            if session == "closed":
+                http.post(f"{server.polling}&sid={sid}", data=b"1", timeout=5)
+            upgrade = {"Upgrade": "websocket", "Connection": "Upgrade",
+                       "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ=="}
+            url = server.url + f"/socket.io/?EIO=4&transport=websocket&sid={sid}"
+            return str(http.get(url, headers=upgrade, timeout=5).status_code)
+    ws = websocket.create_connection(url, timeout=5)
+    try:
+        assert ws.recv().startswith("0")
+        if token:
+            ws.send(f'40{{"token":"{server.token}"}}')
+            assert ws.recv().startswith("40")
+        ws.send(frame)
+        # A frame that must be answered: an event with an ack id (connected), or a
+        # connect with a forged token (not connected).
+        ws.send('421["joinRoom",{}]' if token else '40{"token":"forged"}')
+        while True:
+            reply = ws.recv()
+            if not reply:
+                return "closed"
+            if reply.startswith(("431", "44")):
+                return "answered"
+    except (websocket.WebSocketConnectionClosedException, ConnectionError):
+        return "closed"
+    finally:
+        ws.shutdown()  # close() skips the socket of a connection the server ended
+
+
+def requests_session():
+    import requests
+
+    return requests.Session()
+
+
+@pytest.mark.slow
+def test_no_engineio_request_answers_5xx_or_hangs(eio_server):
+    failures = []
+    with requests_session() as http:
+        for (session, token), frame in [(c, f) for c in EIO_CASES for f in EIO_FRAMES]:
+            status = polling_case(eio_server, http, session, token, frame)
+            SEEN[f"engine.io polling {status}"] += 1
+            if status >= 500:
+                failures.append(("polling", session, token, frame, status))
+            outcome = websocket_case(eio_server, session, token, frame)
+            SEEN[f"engine.io websocket {outcome}"] += 1
+            if outcome not in ("answered", "closed", "400"):
+                failures.append(("websocket", session, token, frame, outcome))
+    assert not failures, failures
+    import requests
+
+    assert requests.get(eio_server.url + "/healthz", timeout=1).status_code == 200

@@ -1,0 +1,246 @@
+"""A guard in front of the Engine.IO endpoint: every request gets a prompt answer.
+
+python-engineio 4.15.1 lets a client with no account hang or break a worker
+(upstream: miguelgrinberg/python-engineio #391, python-socketio #302):
+
+* A long-polling POST carrying a packet type a client may not send (``9``,
+  ``0``, ``2``, ``6``) makes Engine.IO close the session *and wait* for a GET
+  that will never come to drain it: the POST never gets an answer and its
+  connection sits in CLOSE-WAIT, holding a descriptor and a greenlet for good.
+* The next request for that session raises ``KeyError('Session is
+  disconnected')`` in Engine.IO's POST branch: a 500 HTML page.
+* A session that never connects to Socket.IO lives until the ping timeout,
+  and one that answers pings lives for ever.
+
+* A websocket frame that does not decode (empty, ``x``) raises out of
+  Engine.IO's reading loop: the session stays until the ping timeout.
+
+So the guard checks, before Engine.IO sees a request: that a ``sid`` names a
+live session (400 otherwise), and that a POST's body is a payload of packets
+a client may send, each a Socket.IO packet that decodes (400, and the
+session closed without waiting, otherwise; 413 over the size limit); a
+websocket frame that does not decode closes that websocket. A
+session whose client has not connected to Socket.IO with a valid token within
+``SOCKETIO_AUTH_TIMEOUT`` seconds is closed (``AuthDeadline``). Anything
+Engine.IO still raises becomes a logged 400, never a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from io import BytesIO
+from urllib.parse import parse_qs
+
+from engineio import packet as eio_packet
+from engineio import payload as eio_payload
+from socketio import packet as sio_packet
+
+from .errors import error_body
+
+# What Engine.IO's Socket.receive() takes from a client over polling; anything
+# else makes it close the session and wait (the hang above). Over a websocket
+# it ignores other types (and the upgrade's "2probe" is a PING), so there only
+# frames that do not decode are stopped.
+POLLING_PACKETS = {eio_packet.CLOSE, eio_packet.PONG, eio_packet.MESSAGE, eio_packet.UPGRADE}
+
+
+def answer(start_response, status: int, message: str) -> list[bytes]:
+    """A JSON ``{error, message}`` answer, as the rest of the app gives."""
+    reason = {400: "BAD REQUEST", 413: "REQUEST ENTITY TOO LARGE"}[status]
+    body = json.dumps(error_body(status, message)).encode()
+    start_response(f"{status} {reason}", [("Content-Type", "application/json"),
+                                          ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def close_session(eio, sid: str) -> None:
+    """Close an Engine.IO session now, without waiting for a GET to drain it."""
+    socket = eio.sockets.get(sid)
+    if socket is not None and not socket.closed:
+        socket.close(wait=False, abort=True, reason=eio.reason.TRANSPORT_ERROR)
+    eio.sockets.pop(sid, None)
+
+
+def message_problem(pkt) -> str | None:
+    """Why an Engine.IO MESSAGE does not hold a Socket.IO packet the server can take,
+    or None. (python-socketio's handlers raise in the background on an event without
+    a name, filling the log with tracebacks.)"""
+    if pkt.packet_type != eio_packet.MESSAGE or isinstance(pkt.data, bytes):
+        return None  # binary attachments are checked by python-socketio
+    try:
+        sio = sio_packet.Packet(encoded_packet=pkt.data or "")
+    except Exception:  # ValueError, IndexError, JSON errors...
+        return "malformed Socket.IO packet"
+    named = isinstance(sio.data, list) and sio.data and isinstance(sio.data[0], str)
+    if sio.packet_type in (sio_packet.EVENT, sio_packet.BINARY_EVENT) and not named:
+        return "a Socket.IO event needs a name"
+    return None
+
+
+def payload_problem(body: bytes) -> str | None:
+    """Why a polling POST's body is not something a client may send, or None."""
+    try:
+        packets = eio_payload.Payload(encoded_payload=body.decode("utf-8")).packets
+    except Exception:
+        return "malformed Engine.IO payload"
+    for pkt in packets:
+        if pkt.packet_type not in POLLING_PACKETS:
+            return f"Engine.IO packet type {pkt.packet_type} is not one a client sends"
+        problem = message_problem(pkt)
+        if problem:
+            return problem
+    return None
+
+
+def frame_problem(frame) -> str | None:
+    """Why a websocket frame would break Engine.IO's reading loop, or None."""
+    try:
+        pkt = eio_packet.Packet(encoded_packet=frame)
+    except Exception:
+        return "malformed Engine.IO packet"
+    return message_problem(pkt)
+
+
+def guard_websockets(eio) -> None:
+    """Wrap Engine.IO's websocket class so that a frame it cannot decode ends the
+    connection as a client's close would (its reading loop raises on one, leaving the
+    session open until the ping timeout and, under eventlet, garbage on the wire)."""
+    websocket_class = eio._async["websocket"]
+    if websocket_class is None:  # an async mode without websockets
+        return
+
+    def guarded(handler, server):
+        def checked_handler(ws):
+            wait = ws.wait
+
+            def checked_wait():
+                frame = wait()
+                if frame is not None and frame_problem(frame):
+                    eio.logger.info("closing a websocket: %s", frame_problem(frame))
+                    return None
+                return frame
+
+            ws.wait = checked_wait
+            return handler(ws)
+
+        return websocket_class(checked_handler, server)
+
+    eio._async = {**eio._async, "websocket": guarded}
+
+
+class EngineIOGuard:
+    """WSGI middleware around Flask-SocketIO's: checks /socket.io/ requests first."""
+
+    def __init__(self, wsgi_app, eio, path: str = "/socket.io/"):
+        self.wsgi_app, self.eio, self.path = wsgi_app, eio, path
+
+    def __call__(self, environ, start_response):
+        if not (environ.get("PATH_INFO") or "").startswith(self.path):
+            return self.wsgi_app(environ, start_response)
+        if (environ.get("HTTP_UPGRADE") or "").lower() == "websocket":
+            # Past the upgrade nothing can be answered in HTTP; frames are
+            # checked by guard_websockets.
+            return self.checked(environ, start_response)
+        try:
+            return self.checked(environ, start_response)
+        except Exception:
+            self.eio.logger.exception("Engine.IO request failed")
+            return answer(start_response, 400, "bad Engine.IO request")
+
+    def checked(self, environ, start_response):
+        sid = parse_qs(environ.get("QUERY_STRING", "")).get("sid", [None])[0]
+        if sid is None:
+            return self.wsgi_app(environ, start_response)  # a handshake
+        socket = self.eio.sockets.get(sid)
+        if socket is None or socket.closed:
+            self.eio.sockets.pop(sid, None)
+            return answer(start_response, 400, "unknown or closed Engine.IO session")
+        if environ.get("REQUEST_METHOD") == "POST" and not socket.upgraded:
+            body = self.read_body(environ, sid)
+            if isinstance(body, tuple):
+                return answer(start_response, *body)
+        return self.wsgi_app(environ, start_response)
+
+    def read_body(self, environ, sid: str) -> bytes | tuple[int, str]:
+        """The POST body, put back for Engine.IO; or (status, why) with the session closed."""
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > self.eio.max_http_buffer_size:
+            close_session(self.eio, sid)
+            return (413, "Engine.IO payload too large") if length > 0 else \
+                (400, "bad Content-Length")
+        body = environ["wsgi.input"].read(length)
+        problem = payload_problem(body)
+        if problem:
+            close_session(self.eio, sid)
+            return 400, problem
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = BytesIO(body), str(len(body))
+        return body
+
+
+class AuthDeadline:
+    """Close Engine.IO sessions that have not connected to Socket.IO in time.
+
+    One background task per server sweeps the pending sessions twice a second
+    while there are any, so a flood of handshakes costs one task, not one each.
+    """
+
+    TICK = 0.5
+
+    def __init__(self, server, seconds: float, namespace: str = "/"):
+        self.server, self.seconds, self.namespace = server, seconds, namespace
+        self.pending: dict[str, float] = {}  # eio sid -> deadline (monotonic)
+        self.lock = threading.Lock()  # green under eventlet/gevent
+        self.running = False
+
+    def opened(self, eio_sid: str) -> None:
+        with self.lock:
+            self.pending[eio_sid] = time.monotonic() + self.seconds
+            if self.running:
+                return
+            self.running = True
+        self.server.start_background_task(self.sweep)
+
+    def connected(self, eio_sid: str) -> bool:
+        manager = self.server.manager
+        sid = manager.sid_from_eio_sid(eio_sid, self.namespace)
+        return sid is not None and manager.is_connected(sid, self.namespace)
+
+    def sweep(self) -> None:
+        while True:
+            self.server.sleep(self.TICK)
+            now, expired = time.monotonic(), []
+            with self.lock:
+                for eio_sid, deadline in list(self.pending.items()):
+                    if eio_sid not in self.server.eio.sockets or self.connected(eio_sid):
+                        del self.pending[eio_sid]
+                    elif now >= deadline:
+                        del self.pending[eio_sid]
+                        expired.append(eio_sid)
+                if not self.pending:
+                    self.running = False
+                running = self.running
+            for eio_sid in expired:
+                close_session(self.server.eio, eio_sid)
+            if not running:
+                return
+
+
+def init_app(app, socketio) -> None:
+    """Put the guard in front of Flask-SocketIO's middleware; start the deadline."""
+    server = socketio.server
+    app.wsgi_app = EngineIOGuard(app.wsgi_app, server.eio)
+    guard_websockets(server.eio)
+    deadline = AuthDeadline(server, app.config["SOCKETIO_AUTH_TIMEOUT"])
+    on_eio_connect = server.eio.handlers["connect"]
+
+    def opened(eio_sid, environ):
+        result = on_eio_connect(eio_sid, environ)
+        deadline.opened(eio_sid)
+        return result
+
+    server.eio.on("connect", opened)
