@@ -1,0 +1,104 @@
+"""Slowloris against real gunicorn async workers, and against the proxy stages' Nginx in
+front of one: /healthz keeps answering within 1 s.
+
+Many connections each send a request header a byte at a time, and the ones the
+server closes are opened again, as the attack does. An async worker holds a
+waiting connection as a cheap greenlet and gives up on a header that is not
+complete within `--keep-alive` seconds (gunicorn's timeout around reading each
+request), so none holds more than its share. (A sync worker is held whole by
+one such connection until `--timeout`: the stages without a proxy in front of
+sync workers are open to it, which is why Nginx, which buffers the header, goes
+in front; README, "What a stranger can do".) Nginx cuts a header not complete
+within `client_header_timeout` (10 s in nginx/*.conf).
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+
+from contextlib import contextmanager
+
+import pytest
+import requests
+
+from benchmarks import nginx_conf, procs
+from conftest import gunicorn_process
+
+CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
+SECONDS = 14  # past the 10 s keep-alive, so the server's cut shows
+HEAD = b"GET /healthz HTTP/1.1\r\nHost: lab\r\nX-Slow: "
+
+
+def slow_connection(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(HEAD[:1])
+    return sock
+
+
+def slowloris(port: int, stop: threading.Event, cut: list[int]) -> None:
+    """Keep CONNECTIONS half-sent headers open, a byte each per second, until stop."""
+    socks = [slow_connection(port) for _ in range(CONNECTIONS)]
+    sent = [1] * CONNECTIONS
+    try:
+        while not stop.wait(1.0):
+            for i, sock in enumerate(socks):
+                byte = HEAD[sent[i]:sent[i] + 1] or b"x"
+                try:
+                    sock.sendall(byte)
+                    sent[i] += 1
+                except OSError:  # the server closed it: open another
+                    cut[0] += 1
+                    sock.close()
+                    socks[i], sent[i] = slow_connection(port), 1
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@contextmanager
+def target(kind: str, redis_url: str, tmp_path):
+    """The URL of a gunicorn (eventlet or gevent), or of stage 5's Nginx in front of one."""
+    worker = "gevent" if kind == "nginx" else kind
+    args = ["-k", worker, "-w", "4", "--keep-alive", "10", "--no-control-socket"]
+    with gunicorn_process(redis_url, tmp_path, args) as (url, _):
+        if kind != "nginx":
+            yield url
+            return
+        front = ("127.0.0.1", procs.free_port())
+        conf = nginx_conf.render("upstream-keepalive.conf", tmp_path / "nginx",
+                                 app=("127.0.0.1", int(url.rsplit(":", 1)[1])), front=front)
+        nginx = procs.start(nginx_conf.command(conf), log=tmp_path / "nginx.out")
+        try:
+            procs.wait_for_port(front[1], proc=nginx, timeout=10)
+            yield f"http://127.0.0.1:{front[1]}"
+        finally:
+            procs.stop(nginx)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["eventlet", "gevent", "nginx"])
+def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_path):
+    with target(kind, redis_url, tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1])
+        stop, cut = threading.Event(), [0]
+        attack = threading.Thread(target=slowloris, args=(port, stop, cut))
+        attack.start()
+        times, deadline = [], time.monotonic() + SECONDS
+        try:
+            time.sleep(1)  # every connection open
+            while time.monotonic() < deadline:
+                started = time.monotonic()
+                assert requests.get(url + "/healthz", timeout=5).status_code == 200
+                times.append(time.monotonic() - started)
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            attack.join()
+    p99 = statistics.quantiles(times, n=100)[98]
+    print(f"\nslowloris ({kind}): {CONNECTIONS} connections, /healthz p99 {p99 * 1000:.0f} ms,"
+          f" max {max(times) * 1000:.0f} ms over {len(times)}; {cut[0]} cut by the server")
+    assert p99 < 1.0, p99
+    assert cut[0] >= CONNECTIONS / 2, "the server never cut the slow headers"
