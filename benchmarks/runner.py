@@ -185,8 +185,10 @@ class Stack:
                  "    except OSError:\n"
                  "        time.sleep(0.2)\n"
                  "sys.exit(1)\n")
+        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops it,
+        # not the probe (which would print its own KeyboardInterrupt traceback).
         code = subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
-                              timeout=timeout + 10).returncode
+                              timeout=timeout + 10, start_new_session=True).returncode
         if code != 0:
             raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
                               f"see {self.dir / 'app.log'}")
@@ -204,7 +206,7 @@ def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
     with open(log, "ab") as out:
         try:
             return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                  timeout=timeout).returncode
+                                  timeout=timeout, start_new_session=True).returncode
         except subprocess.TimeoutExpired:
             return -1
 

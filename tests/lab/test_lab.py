@@ -246,6 +246,33 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path, presses):
 
 @pytest.mark.netns
 @pytest.mark.slow
+@pytest.mark.parametrize("after", [0, 0.3, 0.8])
+def test_ctrl_c_in_a_terminal_during_set_up_is_quiet(tmp_path, after):
+    """A terminal's Ctrl-C reaches the whole foreground process group, the lab's
+    children too: at any moment of `lab up`'s set-up (from its first namespace on),
+    no child prints a traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", "up", "2", "--results",
+                             str(tmp_path / "results"), "--ui-port", str(procs.free_port())],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not hosts.owned_namespaces(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(after)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        output = proc.communicate(timeout=60)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output = proc.communicate()[0]
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "everything it started is stopped" in output, output
+    assert leftovers(proc.pid) == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
 def test_clean_after_kill_9_removes_only_what_the_dead_lab_left(tmp_path):
     """A `kill -9` leaves the namespace and servers; `lab clean` removes them and leaves
     a stage that is up (and in use) alone."""
