@@ -118,7 +118,11 @@ def test_a_flood_of_bad_sessions_leaves_the_worker_answering(eio_server):
     deadline = time.monotonic() + 10
     while worker_fds(eio_server.proc) > idle + 5 and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert worker_fds(eio_server.proc) <= idle + 5, (idle, worker_fds(eio_server.proc))
+    after = worker_fds(eio_server.proc)
+    print(f"\nflood ({eio_server.worker}): {FLOOD} sessions, /healthz max "
+          f"{max(health) * 1000:.0f} ms over {len(health)}; worker descriptors {idle} idle, "
+          f"{after} after")
+    assert after <= idle + 5, (idle, after)
 
 
 def test_polling_is_refused_where_the_setting_leaves_it_out(redis_url, tmp_path):
