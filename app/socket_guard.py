@@ -67,8 +67,12 @@ def message_problem(pkt) -> str | None:
     """Why an Engine.IO MESSAGE does not hold a Socket.IO packet the server can take,
     or None. (python-socketio's handlers raise in the background on an event without
     a name, filling the log with tracebacks.)"""
-    if pkt.packet_type != eio_packet.MESSAGE or isinstance(pkt.data, bytes):
-        return None  # binary attachments are checked by python-socketio
+    if pkt.packet_type != eio_packet.MESSAGE:
+        return None
+    if isinstance(pkt.data, bytes):
+        # python-socketio decodes one as a text packet unless it is an attachment
+        # of a binary event; the chat's API has no binary events.
+        return "binary messages are not part of this API"
     try:
         sio = sio_packet.Packet(encoded_packet=pkt.data or "")
     except Exception:  # ValueError, IndexError, JSON errors...

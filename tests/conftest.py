@@ -289,8 +289,8 @@ def need_browser() -> None:
 class EngineIOServer:
     """A gunicorn serving the app with both Engine.IO transports, and a user's token."""
 
-    def __init__(self, worker: str, url: str, proc: subprocess.Popen):
-        self.worker, self.url, self.proc = worker, url, proc
+    def __init__(self, worker: str, url: str, proc: subprocess.Popen, log: Path):
+        self.worker, self.url, self.proc, self.log = worker, url, proc, log
         self.polling = f"{url}/socket.io/?EIO=4&transport=polling"
         self.token = self.user_token()
 
@@ -320,4 +320,4 @@ def eio_server(request, redis_url, tmp_path_factory):
     env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "2"}
     args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3"]
     with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
-        yield EngineIOServer(request.param, url, proc)
+        yield EngineIOServer(request.param, url, proc, workdir / "gunicorn.log")
