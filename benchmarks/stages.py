@@ -7,7 +7,7 @@ app reaches Redis, what (if anything) stands in front, which sysctl profiles
 its connecting hosts get, which Locust users load it, and what the attendee
 should see, as checks with thresholds.
 
-Metrics the checks name are computed by `benchmarks/metrics.py`; the
+Metrics the checks name are computed by `benchmarks/analysis/metrics.py`; the
 `*_per_request` ones are TIME_WAIT sockets made while the load ran, per
 request of the last minute (TIME_WAIT lasts 60 s), so ~1 means "one
 connection opened and closed per request" and ~0 means "connections are
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The topology: a host per role, each a network namespace with one address in
 # 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside for benchmarks,
-# so nothing routes it to a real network). benchmarks/hosts.py makes them.
+# so nothing routes it to a real network). benchmarks/sandbox/hosts.py makes them.
 @dataclass(frozen=True)
 class Host:
     role: str

@@ -15,7 +15,9 @@ import psutil
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import fd_limit, hosts, stages
+from benchmarks import stages
+from benchmarks.sandbox import hosts
+from benchmarks.studies import fd_limit
 
 ROOT = stages.ROOT
 pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) missing")
@@ -36,8 +38,8 @@ def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
     namespaces_before = set(hosts.list_lab_namespaces())
     code, output = run_module(
-        "benchmarks.fd_limit", "--nofile", "256,4096", "--connections", "400", "--hold", "2",
-        "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
+        "benchmarks.studies.fd_limit", "--nofile", "256,4096", "--connections", "400",
+        "--hold", "2", "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
         timeout=55)
     assert code == 0, output[-3000:]
     low, high = json.loads(out.read_text())

@@ -12,7 +12,9 @@ import shutil
 import pandas as pd
 from matplotlib.text import Text
 
-from benchmarks import plots, results, stages
+from benchmarks import stages
+from benchmarks.analysis import plots
+from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
 KEYS = {s.key for s in stages.STAGES}

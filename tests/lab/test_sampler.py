@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import procs, sampler
+from benchmarks.capture import sampler
+from benchmarks.sandbox import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 7000          # inside the namespace, which is empty: any port is free
@@ -224,7 +225,7 @@ def test_peaks_skips_empty_cells_and_a_torn_row(tmp_path):
 def test_netlink_and_ss_backends_agree(scene):
     """One dump for both states, one per state, one per family, and `ss`: the same counts."""
     ns, _, _, v6 = scene
-    code = ("import json\nfrom benchmarks import sampler as s\n"
+    code = ("import json\nfrom benchmarks.capture import sampler as s\n"
             f"ports = [{PORT}, {PORT + 1}, {PORT + 2}, {PORT + 3}]\n"
             "d = s.DiagCounter()\n"
             "both = d.count(ports)\n"
@@ -273,7 +274,7 @@ def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
 @pytest.mark.netns
 def test_snapshot_cli_and_api(scene, tmp_path):
     ns, _, _, v6 = scene
-    listed = in_netns(ns, sys.executable, "-m", "benchmarks.sampler", "--snapshot",
+    listed = in_netns(ns, sys.executable, "-m", "benchmarks.capture.sampler", "--snapshot",
                       str(tmp_path / "cli"))
     api = sampler.snapshot(tmp_path / "api", netns=ns)
     assert sorted(api) == sorted(["ss-tanp.txt", "ss-s.txt", "netstat-tan.txt", "sockstat.txt"])
@@ -386,7 +387,7 @@ def test_a_component_not_running_leaves_its_cells_empty(tmp_path):
 
 # --- hosts: a socket table per host ----------------------------------------------------
 #
-# Four hosts (benchmarks/hosts.py). Known connections in each class, counted
+# Four hosts (benchmarks/sandbox/hosts.py). Known connections in each class, counted
 # where each end really is, plus traffic that must land in no class: a probe
 # over the app host's own loopback to its port 8000, and the proxy host
 # connecting to the app's port 8000 (not the `front` pair).
@@ -448,7 +449,7 @@ HOST_CLASSES = {"front": ("client", "app", 8000), "redis": ("app", "redis", 6379
 @pytest.fixture(scope="module")
 def host_scene(tmp_path_factory):
     """The four hosts with FLOWS in place: (network, work dir)."""
-    from benchmarks import hosts
+    from benchmarks.sandbox import hosts
     work = tmp_path_factory.mktemp("hosts")
     started = []
     try:
@@ -565,7 +566,7 @@ def test_hosts_backends_agree_with_peers(host_scene):
 
 @pytest.mark.netns
 def test_hosts_sampler_stops_when_its_namespaces_go(tmp_path):
-    from benchmarks import hosts
+    from benchmarks.sandbox import hosts
     with hosts.Network("gone", ["client", "app"]) as net:
         out = tmp_path / "gone.csv"
         proc = procs.start(sampler.command(out, {"front": ("client", "app", 8000)}, {},

@@ -11,7 +11,9 @@ import csv
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import hosts, stages, sweep
+from benchmarks import stages
+from benchmarks.sandbox import hosts
+from benchmarks.studies import sweep
 
 ROOT = stages.ROOT
 
@@ -50,7 +52,7 @@ def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
     namespaces_before = set(hosts.list_lab_namespaces())
     code, output = run_module(
-        "benchmarks.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
+        "benchmarks.studies.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
         "--warmup", "1", "--users", "20", "--spawn-rate", "20", "--results", str(results),
         timeout=85)
     assert code == 0, output[-3000:]
