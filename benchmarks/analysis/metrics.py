@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.capture import sampler
+from benchmarks.capture import csvfile
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
@@ -255,7 +255,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
     m: dict = locust_totals(stage_dir)
     first = first_sample(stage_dir / results.SAMPLER_CSV)
-    peaks = sampler.peaks(stage_dir / results.SAMPLER_CSV)
+    peaks = csvfile.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
     # one at the peak (those of the last minute). ~1: a connection per request.

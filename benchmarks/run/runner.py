@@ -28,7 +28,7 @@ import psutil
 
 from benchmarks import stages
 from benchmarks.analysis import metrics
-from benchmarks.capture import sampler
+from benchmarks.capture import loop
 from benchmarks.run import cli, progress, results
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.options import OptionsError, RunOptions
@@ -273,7 +273,7 @@ class Load:
     client: list[str]  # the argv prefix that runs a command on the client host
     url: str  # the entry point
     warmup_url: str  # the app itself, behind a proxy (see measure)
-    sampler: dict  # sampler.command's arguments but `out`, `procs` and `duration`
+    sampler: dict  # loop.command's arguments but `out`, `procs` and `duration`
     server_pids: dict[str, int]
     snapshots: dict[str, list[str]]  # folder name under the stage -> argv prefix of a host
     count_log: Path | None = None  # the access log that counts answered requests
@@ -342,7 +342,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = metrics.log_size(load.count_log) if load.count_log else None
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
-    sampler_proc = procs.start([*load.sampler_prefix, *sampler.command(
+    sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
         stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
         # stop just before Locust's users close their connections
         duration=max(1.0, opts.duration - 0.5), **load.sampler)],

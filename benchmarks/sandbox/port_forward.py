@@ -3,7 +3,7 @@
 Locust's web UI runs on the client host (a network namespace), where the
 machine's browser cannot reach it. `Forward` listens on the machine and, for
 each connection, opens one inside the host (a socket made in the namespace
-stays there: benchmarks/capture/sampler.py's `in_netns`) and copies bytes both ways,
+stays there: benchmarks/capture/kernel.py's `in_netns`) and copies bytes both ways,
 a thread per direction: a browser opens a handful of connections.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from benchmarks.capture.sampler import in_netns
+from benchmarks.capture.kernel import in_netns
 
 
 class PortTaken(RuntimeError):

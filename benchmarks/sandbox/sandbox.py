@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.capture import sampler
+from benchmarks.capture import kernel
 from benchmarks.sandbox import hosts, procs
 from benchmarks.sandbox.hosts import pid_alive, read_sysctls, write_sysctls
 
@@ -236,7 +236,7 @@ class Sandbox:
 
 def time_wait_total() -> int:
     """TIME_WAIT sockets of this network namespace, from /proc/net/sockstat (cheap)."""
-    return sampler.read_sockstat()["tw"]
+    return kernel.read_sockstat()["tw"]
 
 
 def wait_for_time_wait_drain(limit: int, timeout: float = 65.0, say=print,

@@ -24,7 +24,7 @@ import socket
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.capture import sampler
+from benchmarks.capture import loop
 from benchmarks.run import results, runner
 from benchmarks.run.cli import StageFailed
 from benchmarks.run.options import OptionsError
@@ -83,7 +83,7 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
             log = (stage_dir / results.LOCUST_UI_LOG).read_text(errors="replace")[-2000:]
             raise StageFailed(f"Locust's web UI did not start: {e}\n{log}") from e
         load = runner.stage_load(stage, box, stack, stage_dir)
-        started.append(procs.start([*load.sampler_prefix, *sampler.command(
+        started.append(procs.start([*load.sampler_prefix, *loop.command(
             sampler_csv, procs={**load.server_pids, "locust": locust.pid}, **load.sampler)],
             log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT))
         if netns:

@@ -57,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.capture import sampler
+from benchmarks.capture import kernel, loop
 from benchmarks.sandbox import hosts, procs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ SINGLE_CLASSES = {"redis": 6379, "upstream": 8001, "front": 8000}
 # --- a filler, run on the connecting host -------------------------------------------
 
 def _tw() -> int:
-    return sampler.read_sockstat()["tw"]
+    return kernel.read_sockstat()["tw"]
 
 
 def fill(listen_ns: str, address: str, port: int, target: int, estab: int,
@@ -90,7 +90,7 @@ def fill(listen_ns: str, address: str, port: int, target: int, estab: int,
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2 * estab + 64:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 2 * estab + 64), hard))
-    with sampler.in_netns(listen_ns):
+    with kernel.in_netns(listen_ns):
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((address, port))
@@ -146,8 +146,8 @@ def time_calls(port: int, repeat: int) -> list[dict]:
     ss = shutil.which("ss") or "ss"
     netstat = shutil.which("netstat") or shutil.which("netstat", path="/usr/sbin:/sbin:/bin")
     ports = list(SINGLE_CLASSES.values())
-    diag = sampler.DiagCounter()
-    full = sampler.Sampler(SINGLE_CLASSES, {}, os.devnull, 1.0)
+    diag = kernel.DiagCounter()
+    full = loop.Sampler(SINGLE_CLASSES, {}, os.devnull, 1.0)
     full.prime()
 
     def run(cmd: list[str]) -> int:
@@ -155,11 +155,11 @@ def time_calls(port: int, repeat: int) -> list[dict]:
 
     either = f"( sport = :{port} or dport = :{port} )"
     calls = [
-        ("/proc/net/sockstat, read and parse", lambda: sampler.read_sockstat()),
+        ("/proc/net/sockstat, read and parse", lambda: kernel.read_sockstat()),
         ("netlink dump TIME_WAIT + ESTABLISHED, counts (sampler)", lambda: diag.count(ports)),
-        ("netlink dump TIME_WAIT only", lambda: diag.count(ports, [sampler.TCP_TIME_WAIT])),
-        ("netlink dump ESTABLISHED only", lambda: diag.count(ports, [sampler.TCP_ESTABLISHED])),
-        ("/proc/PID/stat of every process (sampler)", sampler.scan_processes),
+        ("netlink dump TIME_WAIT only", lambda: diag.count(ports, [kernel.TCP_TIME_WAIT])),
+        ("netlink dump ESTABLISHED only", lambda: diag.count(ports, [kernel.TCP_ESTABLISHED])),
+        ("/proc/PID/stat of every process (sampler)", kernel.scan_processes),
         ("one whole sample, 3 classes (sampler)", full.sample),
         ("ss -Htan state time-wait '( sport = :P or dport = :P )'", lambda: run(
             [ss, "-Htan", "state", "time-wait", either])),
@@ -168,7 +168,7 @@ def time_calls(port: int, repeat: int) -> list[dict]:
                 ("time-wait", f"dport = :{port}"), ("time-wait", f"sport = :{port}"),
                 ("established", f"dport = :{port}"))]),
         ("ss -Htan state time-wait, parsed once (--backend ss)",
-         lambda: sampler.SsCounter().count(ports, [sampler.TCP_TIME_WAIT])),
+         lambda: kernel.SsCounter().count(ports, [kernel.TCP_TIME_WAIT])),
         ("netstat -tan", (lambda: run([netstat, "-tan"])) if netstat else None),
         ("psutil.net_connections('tcp')", lambda: psutil.net_connections("tcp")),
     ]
@@ -193,8 +193,8 @@ def time_calls(port: int, repeat: int) -> list[dict]:
 # --- outside: the network and the measurement ----------------------------------------
 
 def host_tw(net: hosts.Network, role: str) -> int:
-    with sampler.in_netns(net.namespace(role)):
-        return sampler.read_sockstat("/proc/thread-self/net/sockstat")["tw"]
+    with kernel.in_netns(net.namespace(role)):
+        return kernel.read_sockstat("/proc/thread-self/net/sockstat")["tw"]
 
 
 def rows(path: Path) -> list[dict]:
@@ -339,7 +339,7 @@ def outer(args) -> int:
 
             def hosts_run(label: str, seconds: float, backend: str) -> dict:
                 out = workdir / f"sampler-{label}.csv"
-                cmd = sampler.command(out, CLASSES, filler_pids, args.interval,
+                cmd = loop.command(out, CLASSES, filler_pids, args.interval,
                                       backend=backend, hosts=net.names())
                 (workdir / f"sampler-{label}.cmd").write_text(" ".join(cmd) + "\n")
                 result = measure_sampler(label, cmd, out, workdir, seconds, started,
@@ -350,7 +350,7 @@ def outer(args) -> int:
             runs.append(hosts_run("hosts", args.seconds, "netlink"))
             if args.single > 0:
                 out = workdir / "sampler-single.csv"
-                cmd = sampler.command(out, SINGLE_CLASSES, filler_pids, args.interval,
+                cmd = loop.command(out, SINGLE_CLASSES, filler_pids, args.interval,
                                       netns=net.namespace("client"))
                 result = measure_sampler("single", cmd, out, workdir, args.single, started,
                                          "tw_front_client")

@@ -21,7 +21,7 @@ import pytest
 from conftest import ctrl_c, need_browser, read_until
 
 from benchmarks import stages
-from benchmarks.capture import sampler
+from benchmarks.capture import tables
 from benchmarks.run import results, runner
 from benchmarks.sandbox import hosts, port_forward, procs
 from benchmarks.sockets_tab import headless, stats
@@ -39,7 +39,7 @@ def write_stage_folder(folder: Path, rows: list[dict], partial: str = "") -> Pat
     results.write_json(folder / results.SOCKETS_JSON, {
         "classes": CLASSES,
         "port_ranges": {"client": "32768 60999", "app": "50000 50999", "redis": "32768 60999"}})
-    header = sampler.columns(CLASSES, PROCS, HOSTS)
+    header = tables.columns(CLASSES, PROCS, HOSTS)
     lines = [",".join(header)]
     lines += [",".join(str(row.get(c, "")) for c in header) for row in rows]
     (folder / results.SAMPLER_CSV).write_text("\n".join(lines) + "\n" + partial)
