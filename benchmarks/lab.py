@@ -30,11 +30,10 @@ from urllib.parse import urlparse
 
 from benchmarks import stages
 from benchmarks.analysis import metrics, report
-from benchmarks.run import cli, options, results, runner
+from benchmarks.run import cli, locust_cli, options, results, runner
 from benchmarks.run.cli import say
-from benchmarks.run.runner import child_env
-from benchmarks.sandbox import hosts, sandbox
-from benchmarks.sockets_tab import web_ui
+from benchmarks.sandbox import hosts, procs, sandbox
+from benchmarks.sockets_tab import stage_shot, web_ui
 from benchmarks.stages import ROOT
 from benchmarks.studies import book
 
@@ -63,7 +62,7 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
     if opts.placement.overlap:
         say(f"note: the server and the client share CPU {opts.placement.as_dict()['overlap']}: "
             "the numbers then depend on how much CPU Locust takes")
-    done, failed = runner.run_stages(opts, run_dir)
+    done, failed = runner.run_stages(opts, run_dir, screenshot=stage_shot.screenshot)
     if done:
         report.write(run_dir)
         say("")
@@ -174,10 +173,11 @@ def cmd_exec(args) -> int:
     prefix = state["hosts"][args.host]["prefix"]
     # a bare `locust` (pyproject.toml names benchmarks/chat.py) runs the stage's users,
     # logged in as its seeded accounts
-    env = child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
+    env = procs.child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
                     LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
     if state.get("sockets_csv"):  # and a headless run prints the Sockets tab's numbers
-        env.update(LOCUST_LOCUSTFILE=f"{runner.LOCUSTFILE},{web_ui.PLUGIN}",
+        env.update(LOCUST_LOCUSTFILE=locust_cli.locustfiles(state["user_classes"],
+                                                               sockets_tab=True),
                    LOCUST_SOCKETS_CSV=state["sockets_csv"])
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode

@@ -59,6 +59,10 @@ GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "1
 GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
                    "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
+# The locustfiles, as Locust is given them (by path, from the repository root).
+LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
+KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
+
 HTTP_USERS = ("ChatUser",)
 # Socket.IO needs an async worker (a sync worker would be held by each socket).
 ASYNC_USERS = ("ChatUser", "SocketIOChatUser")
@@ -220,6 +224,11 @@ STAGES: tuple[Stage, ...] = (
 
 BY_KEY = {s.key: s for s in STAGES}
 BY_SLUG = {s.slug: s for s in STAGES}
+
+
+def locustfile(user_classes) -> str:
+    """The locustfile that holds these user classes."""
+    return KV_LOCUSTFILE if "KeyValueUser" in user_classes else LOCUSTFILE
 
 
 def get(name: str) -> Stage:

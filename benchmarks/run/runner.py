@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,39 +30,21 @@ import psutil
 from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import loop
-from benchmarks.run import cli, progress, results
+from benchmarks.run import cli, locust_cli, progress, results
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
-VENV_BIN = Path(sys.executable).parent
-LOCUSTFILE = "benchmarks/chat.py"
-KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
 SOCKETIO_CLASS = "SocketIOChatUser"
 FRIENDS_PER_USER = 5
-# Every process the lab starts carries this variable with the lab's pid, so what a
-# lab left behind can be told from what another lab (or a test) runs.
-OWNER_ENV = "FTL_LAB_PID"
 WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
 PORT_RANGE = "net.ipv4.ip_local_port_range"
 MIN_PORTS = 100  # the narrowest range fit_port_range makes
 FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
-
-
-def tool(name: str) -> str:
-    """A command from the venv when it has it (flask, gunicorn, locust), else as is."""
-    candidate = VENV_BIN / name
-    return str(candidate) if candidate.exists() else name
-
-
-def child_env(**extra) -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
-    env[OWNER_ENV] = str(os.getpid())
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+# What `lab run` passes to take a stage's Sockets tab after it is measured, with the
+# stage, its folder and its entry URL (benchmarks/sockets_tab/stage_shot.py's screenshot).
+Screenshot = Callable[[Stage, Path, str], None]
 
 
 def _owned_processes() -> list[tuple[psutil.Process, int]]:
@@ -69,7 +52,7 @@ def _owned_processes() -> list[tuple[psutil.Process, int]]:
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            owner = p.environ().get(OWNER_ENV, "")
+            owner = p.environ().get(procs.OWNER_ENV, "")
         except (psutil.Error, OSError):
             continue
         if owner.isdigit() and int(owner) != p.pid:
@@ -132,14 +115,14 @@ class Stack:
         access_log = shlex.join(["--access-logfile", str(self.dir / results.APP_ACCESS_LOG),
                                  "--access-logformat", '"%(r)s" %(s)s'])
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
-        return child_env(FLASK_REDIS_URL=redis,
+        return procs.child_env(FLASK_REDIS_URL=redis,
                          FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
                          FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
                          GUNICORN_CMD_ARGS=access_log, **self.stage.env)
 
     def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
-                           env=env or child_env(), cwd=ROOT)
+                           env=env or procs.child_env(), cwd=ROOT)
         self.procs[name] = proc
         try:
             procs.wait_for_port(self.box.port(role), host=self.box.address(role), proc=proc,
@@ -155,7 +138,7 @@ class Stack:
         self._start("redis", "redis", procs.redis_command(
             self.box.port("redis"), redis_dir, host=self.box.address("redis")))
         server = self.stage.server_command(self.box.address("app"), self.box.port("app"))
-        self._start("app", "app", [tool(server[0]), *server[1:]], self.app_env())
+        self._start("app", "app", [procs.tool(server[0]), *server[1:]], self.app_env())
         self.wait_for_health(f"{self.box.url('app')}/healthz")
         if self.stage.front:
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
@@ -193,21 +176,13 @@ class Stack:
                 procs.stop(self.procs.pop(name))
 
 
-def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
-    with open(log, "ab") as out:
-        try:
-            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            return -1
-
-
 def seed_stage_users(stack: Stack, count: int) -> Path:
     """`flask seed-users` inside the stage: users (with friends) for Locust to log in as."""
     out = stack.dir / results.USERS_JSON
-    code = run_quiet([*stack.box.prefix("app"), tool("flask"), "--app", "app", "seed-users",
-                      "--count", str(count), "--friends", str(FRIENDS_PER_USER), "--out", str(out)],
-                     stack.app_env(), stack.dir / "seed.log", timeout=120)
+    code = procs.run_quiet([*stack.box.prefix("app"), procs.tool("flask"), "--app", "app",
+                            "seed-users", "--count", str(count), "--friends",
+                            str(FRIENDS_PER_USER), "--out", str(out)],
+                           stack.app_env(), stack.dir / "seed.log", timeout=120)
     if code != 0 or not out.exists():
         raise StageFailed(f"seed-users failed (exit {code}); see {stack.dir / 'seed.log'}")
     return out
@@ -220,7 +195,7 @@ def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
     cmd = [*prefix, sys.executable, "-m", "benchmarks.run.verify", url, "--json", str(out)]
     if users_file:
         cmd += ["--users-file", str(users_file)]
-    code = run_quiet(cmd, child_env(), stage_dir / "verify.log", timeout=60)
+    code = procs.run_quiet(cmd, procs.child_env(), stage_dir / "verify.log", timeout=60)
     result = json.loads(out.read_text()) if out.exists() else {"ok": False}
     if code != 0 or not result.get("ok"):
         log = (stage_dir / "verify.log").read_text(errors="replace")[-2000:]
@@ -237,10 +212,10 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                    csv_prefix: Path | None, users_file: Path | None = None) -> list[str]:
     # Socket.IO users come on top, so every stage has the same HTTP users
     users = opts.users + socketio_users(opts, user_classes)
-    cmd = [tool("locust"), "-f", locustfile(user_classes), "--headless", "-u", str(users),
+    cmd = ["--headless", "-u", str(users),
            "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
-    if locustfile(user_classes) == LOCUSTFILE:
+    if stages.locustfile(user_classes) == stages.LOCUSTFILE:
         # the lab wants the server saturated: almost no think time between tasks
         cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
                 "--chat-socketio-users", str(socketio_users(opts, user_classes))]
@@ -249,15 +224,15 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
         cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
                 "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
-    return [*cmd, *opts.locust_args, *user_classes]
+    return locust_cli.command(user_classes, [*cmd, *opts.locust_args])
 
 
 def check_locust_args(opts: RunOptions) -> None:
     """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
     if not opts.locust_args:
         return
-    cmd = [tool("locust"), "-f", LOCUSTFILE, *opts.locust_args, "--list"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env(),
+    cmd = locust_cli.command((), [*opts.locust_args, "--list"])
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=procs.child_env(),
                           timeout=60)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["(no message)"]
@@ -281,10 +256,6 @@ class Load:
     sampler_prefix: list[str] = field(default_factory=list)
 
 
-def locustfile(user_classes) -> str:
-    return KV_LOCUSTFILE if "KeyValueUser" in user_classes else LOCUSTFILE
-
-
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
             user_classes) -> float | None:
     """Load before measuring; the answered requests a second it saw (None: no warm-up).
@@ -299,7 +270,7 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     prefix = stage_dir / WARMUP_PREFIX
     cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file),
            "--json-file", str(prefix)]
-    run_quiet([*load.client, *cmd], child_env(),
+    procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
@@ -334,7 +305,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
             user_classes) -> int | None:
     """The measured Locust run with the sampler beside it. Returns where
     `load.count_log` ended when it started (what the log gains is that run's)."""
-    env = child_env()
+    env = procs.child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX, users_file)
     shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
@@ -346,7 +317,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
         # stop just before Locust's users close their connections
         duration=max(1.0, opts.duration - 0.5), **load.sampler)],
-        log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT)
+        log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
     watch = progress.Watch(stage_dir, front=load.url != load.warmup_url)
     try:
         deadline = time.monotonic() + opts.duration + 60
@@ -372,9 +343,9 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     for folder, prefix in load.snapshots.items():
         out = stage_dir / folder
         out.mkdir(parents=True, exist_ok=True)
-        run_quiet([*prefix, sys.executable, "-m", "benchmarks.capture.sampler",
+        procs.run_quiet([*prefix, sys.executable, "-m", "benchmarks.capture.sampler",
                    "--snapshot", str(out)],
-                  child_env(), stage_dir / "sampler.log", timeout=120)
+                  procs.child_env(), stage_dir / "sampler.log", timeout=120)
     return count_from
 
 
@@ -404,8 +375,10 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
-              shown: progress.Progress | None = None) -> dict:
-    """One stage, start to finish. Returns its metrics and checks."""
+              shown: progress.Progress | None = None,
+              screenshot: Screenshot | None = None) -> dict:
+    """One stage, start to finish. Returns its metrics and checks. With
+    `opts.screenshots`, `screenshot` takes its Sockets tab at the end."""
     shown = shown or progress.Progress(1, opts.warmup + opts.duration)
     stage_dir = results.stage_dir(run_dir, stage)
     stage_dir.mkdir(parents=True)
@@ -457,7 +430,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
-    if opts.screenshots:
+    if opts.screenshots and screenshot:
         shown.phase("a screenshot of the Sockets tab")
         screenshot(stage, stage_dir, stack.url)
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
@@ -474,25 +447,6 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
                stage.host_classes().items()}
     ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
     return {"classes": classes, "port_ranges": ranges}
-
-
-_NO_BROWSER: list[str] = []  # said once per run
-
-
-def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
-    """The stage's Sockets tab as a PNG (benchmarks/sockets_tab/stage_shot.py); a missing browser or
-    a failed shot is said, never fails the stage."""
-    from benchmarks.sockets_tab import headless, stage_shot  # here: stage_shot imports this module
-
-    if _NO_BROWSER:
-        return
-    try:
-        say(f"  screenshot: {results.rel(stage_shot.save(stage, stage_dir, url))}")
-    except headless.BrowserMissing as e:
-        _NO_BROWSER.append(str(e))
-        say(f"  no screenshots of the Sockets tab: {e}")
-    except StageFailed as e:
-        say(f"  WARNING: no screenshot of the Sockets tab: {e}")
 
 
 def refuse_if_up(results_dir: Path) -> None:
@@ -527,7 +481,8 @@ def running_stage(stage: Stage, opts: RunOptions):
             stack.stop()
 
 
-def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
+def run_stages(opts: RunOptions, run_dir: Path,
+               screenshot: Screenshot | None = None) -> tuple[list[dict], list[str]]:
     """Every stage of `opts`, one after the other, into run_dir (run.json kept up to
     date); (the results of those that ran, the keys of those that could not)."""
     info = {**environment(), "parameters": opts.parameters(), "stages": {}}
@@ -538,7 +493,7 @@ def run_stages(opts: RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
         if opts.sandbox == "host" and i > 0:
             sandbox.wait_for_time_wait_drain(limit=200, say=say)
         try:
-            done.append(run_stage(stage, run_dir, opts, shown))
+            done.append(run_stage(stage, run_dir, opts, shown, screenshot))
             info["stages"][stage.key] = {"dir": stage.dirname, "hosts": done[-1]["hosts"],
                                          "sysctls": done[-1]["sysctls"]}
         except cli.RUN_ERRORS as e:

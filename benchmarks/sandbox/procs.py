@@ -2,8 +2,10 @@
 
 One place for: finding a free port, waiting for a port to answer, starting a
 process in its own process group (so one signal stops it and its children),
-and stopping it for sure (TERM, then KILL). Used by the lab runner and by the
-test fixtures alike.
+and stopping it for sure (TERM, then KILL); a command from the venv (`tool`),
+the environment every process the lab starts gets (`child_env`), a command run
+to completion into a log (`run_quiet`). Used by the lab runner and by the test
+fixtures alike.
 """
 
 from __future__ import annotations
@@ -14,13 +16,45 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.stages import ROOT
+
+VENV_BIN = Path(sys.executable).parent
+# Every process the lab starts carries this variable with the lab's pid, so what a
+# lab left behind can be told from what another lab (or a test) runs.
+OWNER_ENV = "FTL_LAB_PID"
+
 
 class ServiceError(RuntimeError):
     """A server could not be started; the message says what to do."""
+
+
+def tool(name: str) -> str:
+    """A command from the venv when it has it (flask, gunicorn, locust), else as is."""
+    candidate = VENV_BIN / name
+    return str(candidate) if candidate.exists() else name
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env[OWNER_ENV] = str(os.getpid())
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
+    with open(log, "ab") as out:
+        try:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                  timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return -1
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -19,13 +19,12 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from benchmarks.run import results, runner
-from benchmarks.run.cli import StageFailed
+from benchmarks.run import locust_cli, results
+from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs, sandbox
 from benchmarks.sockets_tab import headless
 from benchmarks.stages import ROOT, Stage
 
-PLUGIN = "benchmarks/sockets_tab/plugin.py"
 NOWHERE = "http://127.0.0.1:9"  # the discard port: a 0-user swarm never sends there
 START_TIMEOUT = 60.0
 
@@ -33,11 +32,11 @@ START_TIMEOUT = 60.0
 def viewer_command(stage: Stage, stage_dir: Path, port: int, url: str = NOWHERE) -> list[str]:
     """Locust's web UI over a finished stage's capture, a 0-user swarm started. `url`:
     the stage's entry, for the header (its servers are gone; 0 users send nothing)."""
-    return [runner.tool("locust"), "-f", f"{runner.locustfile(stage.users)},{PLUGIN}",
-            "--web-host", "127.0.0.1", "--web-port", str(port), "--host", url,
-            "--autostart", "-u", "0", "-r", "1",
-            "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished",
-            *stage.users]
+    return locust_cli.command(stage.users, [
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--host", url,
+        "--autostart", "-u", "0", "-r", "1",
+        "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished"],
+        sockets_tab=True)
 
 
 def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
@@ -47,7 +46,7 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
     port = procs.free_port()
     log = stage_dir / results.SOCKETS_SHOT_LOG
     viewer = procs.start(viewer_command(stage, stage_dir, port, url), log=log,
-                         env=runner.child_env(), cwd=ROOT)
+                         env=procs.child_env(), cwd=ROOT)
     out = stage_dir / results.SOCKETS_SCREENSHOT
     try:
         try:
@@ -67,3 +66,20 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
         with sandbox.uninterrupted():
             procs.stop(viewer, sig=signal.SIGTERM)
     return out
+
+
+_NO_BROWSER: list[str] = []  # said once per run
+
+
+def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
+    """`lab run`'s hook (runner.Screenshot): the stage's Sockets tab as a PNG; a missing
+    browser or a failed shot is said, never fails the stage."""
+    if _NO_BROWSER:
+        return
+    try:
+        say(f"  screenshot: {results.rel(save(stage, stage_dir, url))}")
+    except headless.BrowserMissing as e:
+        _NO_BROWSER.append(str(e))
+        say(f"  no screenshots of the Sockets tab: {e}")
+    except StageFailed as e:
+        say(f"  WARNING: no screenshot of the Sockets tab: {e}")

@@ -25,15 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.capture import loop
-from benchmarks.run import results, runner
+from benchmarks.run import locust_cli, results, runner
 from benchmarks.run.cli import StageFailed
 from benchmarks.run.options import OptionsError
-from benchmarks.run.runner import child_env, tool
 from benchmarks.sandbox import port_forward, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
 UI_PORT = 8089  # Locust's own default
-PLUGIN = "benchmarks/sockets_tab/plugin.py"
 LOCUST_START_TIMEOUT = 60.0
 
 
@@ -49,10 +47,10 @@ def claim_port(port: int) -> socket.socket:
 
 def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
                    web_port: int) -> list[str]:
-    return [tool("locust"), "-f", f"{runner.LOCUSTFILE},{PLUGIN}", "--class-picker",
-            "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
-            "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv),
-            *stage.users]
+    return locust_cli.command(stage.users, [
+        "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
+        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv)],
+        sockets_tab=True)
 
 
 @contextmanager
@@ -74,7 +72,7 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
     try:
         locust = procs.start([*box.prefix("client"), *locust_command(
             stage, stack.url, users_file, sampler_csv, web_port)],
-            log=stage_dir / results.LOCUST_UI_LOG, env=child_env(), cwd=ROOT)
+            log=stage_dir / results.LOCUST_UI_LOG, env=procs.child_env(), cwd=ROOT)
         started.append(locust)
         try:
             procs.wait_for_port(web_port, host="127.0.0.1", proc=locust, netns=netns,
@@ -85,7 +83,7 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
         load = runner.stage_load(stage, box, stack, stage_dir)
         started.append(procs.start([*load.sampler_prefix, *loop.command(
             sampler_csv, procs={**load.server_pids, "locust": locust.pid}, **load.sampler)],
-            log=stage_dir / "sampler.log", env=child_env(), cwd=ROOT))
+            log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT))
         if netns:
             forward = port_forward.Forward(listener, netns, ("127.0.0.1", web_port)).start()
         yield f"http://127.0.0.1:{ui_port}"

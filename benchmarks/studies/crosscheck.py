@@ -116,7 +116,7 @@ def run_locust(client: list[str], url: str, seconds: int, out_dir: Path) -> dict
     cmd = runner.locust_command(url, opts, seconds, (book.USER_CLASS,), out_dir / "locust")
     with open(out_dir / "locust.log", "w") as log:
         subprocess.run([*client, *cmd], stdout=log, stderr=subprocess.STDOUT,
-                       env=runner.child_env(), cwd=stages.ROOT, timeout=seconds + 60)
+                       env=procs.child_env(), cwd=stages.ROOT, timeout=seconds + 60)
     totals = metrics.locust_totals(out_dir)
     if not totals.get("requests"):
         raise cli.StageFailed(f"Locust answered no requests; see {out_dir / 'locust.log'}")

@@ -194,7 +194,7 @@ def run_round(base: Stage, nofile: int, args, run_dir: Path) -> dict:
                    "probe", stack.url, "--users-file", str(users_file), "--connections",
                    str(args.connections), "--hold", str(args.hold), "--timeout",
                    str(args.timeout), "--worker-pid", str(worker.pid), "--json", str(out)]
-            probe = procs.start(cmd, log=round_dir / "probe.log", env=runner.child_env(),
+            probe = procs.start(cmd, log=round_dir / "probe.log", env=procs.child_env(),
                                 cwd=stages.ROOT)
             bound = args.connections / 50 + args.timeout * 4 + args.hold + 60
             code = wait_and_echo(probe, round_dir / "probe.log", bound)

@@ -71,7 +71,7 @@ def test_wrk_sends_the_request_locust_sends(tmp_path):
         subprocess.run([str(VENV_BIN / "locust"), "-f", "benchmarks/kv.py", "--headless",
                         "-u", "1", "-r", "1", "-t", "2s", "--host", url, "--only-summary",
                         "KeyValueUser"], cwd=ROOT, capture_output=True, timeout=60,
-                       env=runner.child_env())
+                       env=procs.child_env())
 
     def wrk(url):
         subprocess.run(["wrk", "-t1", "-c1", "-d1s", "-s", str(script), f"{url}/kv/bench"],

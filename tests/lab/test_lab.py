@@ -141,7 +141,7 @@ def test_every_stage_has_its_sockets_tab_screenshot(full_run):
     expected = json.loads((stage0 / "metrics.json").read_text())["tw_redis_peak"]
     port = procs.free_port()
     viewer = procs.start(stage_shot.viewer_command(stages.get("0"), stage0, port),
-                         env=runner.child_env(), cwd=ROOT)
+                         env=procs.child_env(), cwd=ROOT)
     try:
         procs.wait_for_port(port, proc=viewer, timeout=60)
         with headless.chromium() as driver:

@@ -22,7 +22,7 @@ from conftest import ctrl_c, need_browser, read_until
 
 from benchmarks import stages
 from benchmarks.capture import tables
-from benchmarks.run import results, runner
+from benchmarks.run import locust_cli, results, runner
 from benchmarks.sandbox import hosts, port_forward, procs
 from benchmarks.sockets_tab import headless, stats
 
@@ -111,14 +111,14 @@ def test_time_wait_left_by_an_earlier_run_is_kept_out_until_it_expires(tmp_path)
 
 
 def locust(*args, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(runner.VENV_BIN / "locust"), *args], cwd=ROOT,
+    return subprocess.run([str(procs.VENV_BIN / "locust"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
-                          env=runner.child_env())
+                          env=procs.child_env())
 
 
 def test_headless_run_prints_a_sockets_line_per_interval(tmp_path):
     csv_path = write_stage_folder(tmp_path / "up" / "00-builtin", [ROW])
-    done = locust("-f", f"{runner.KV_LOCUSTFILE},benchmarks/sockets_tab/plugin.py", "--headless",
+    done = locust("-f", f"{stages.KV_LOCUSTFILE},{locust_cli.SOCKETS_TAB}", "--headless",
                   "-u", "0", "-t", "3s", "--host", "http://127.0.0.1:9",
                   "--sockets-csv", str(csv_path), "--sockets-every", "1")
     out = done.stdout + done.stderr
@@ -128,7 +128,7 @@ def test_headless_run_prints_a_sockets_line_per_interval(tmp_path):
 
 
 def test_plugin_refuses_a_stage_that_is_not_up(tmp_path):
-    done = locust("-f", f"{runner.KV_LOCUSTFILE},benchmarks/sockets_tab/plugin.py", "--headless",
+    done = locust("-f", f"{stages.KV_LOCUSTFILE},{locust_cli.SOCKETS_TAB}", "--headless",
                   "-u", "0", "-t", "2s", "--sockets-csv", str(tmp_path / "gone" / "s.csv"))
     assert done.returncode == 2
     assert "no stage is up there" in done.stderr and "lab up 0" in done.stderr
