@@ -242,19 +242,10 @@ def count_in_file(path: Path, needle: str) -> int:
         return sum(line.count(needle) for line in f)
 
 
-def first_sample(sampler_csv: Path) -> dict[str, float]:
-    """The sampler's first row as numbers: what was there when the load started."""
-    with open(sampler_csv, newline="") as f:
-        row = next(csv.DictReader(f), None)
-    if row is None:
-        raise ValueError(f"{sampler_csv}: the sampler wrote no row")
-    return {k: float(v) for k, v in row.items() if v not in ("", None)}
-
-
 def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
     m: dict = locust_totals(stage_dir)
-    first = first_sample(stage_dir / results.SAMPLER_CSV)
+    first = csvfile.first_row(stage_dir / results.SAMPLER_CSV)
     peaks = csvfile.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
@@ -382,15 +373,12 @@ def client_bound(metrics: dict) -> bool:
 def _cpu_samples(sampler_csv: Path, column: str, after: float) -> list[tuple[float, float]]:
     """(interval, CPU %) of each sample of a column that ends after `after` seconds: a
     row's CPU covers the time since the row before."""
-    if not Path(sampler_csv).exists():
-        return []
     out, prev = [], 0.0
-    with open(sampler_csv, newline="") as f:
-        for row in csv.DictReader(f):
-            elapsed = float(row["elapsed_s"])
-            dt, prev = max(0.0, elapsed - prev), elapsed
-            if elapsed > after and row.get(column) not in (None, ""):
-                out.append((dt, float(row[column])))
+    for row in csvfile.rows(sampler_csv):
+        elapsed = row["elapsed_s"]
+        dt, prev = max(0.0, elapsed - prev), elapsed
+        if elapsed > after and column in row:
+            out.append((dt, row[column]))
     return out
 
 

@@ -37,6 +37,7 @@ from PIL import Image
 
 from benchmarks.analysis import metrics
 from benchmarks.analysis.metrics import TIME_WAIT_SECONDS
+from benchmarks.capture import csvfile
 from benchmarks.run import results
 from benchmarks.run.results import run_info
 from benchmarks.stages import Stage
@@ -148,10 +149,8 @@ def sampler_frame(run_dir) -> pd.DataFrame:
     """
     parts = []
     for sr in stage_runs(run_dir):
-        path = sr.dir / results.SAMPLER_CSV
-        if not path.exists():
-            continue
-        df = pd.read_csv(path)
+        names, rows = csvfile.table(sr.dir / results.SAMPLER_CSV)
+        df = pd.DataFrame(rows, columns=names)
         if df.empty:
             continue
         df.insert(0, "stage", sr.stage.dirname)
@@ -192,11 +191,8 @@ def history_frame(run_dir) -> pd.DataFrame:
 
 
 def _sampler_start(stage_dir: Path, default: float) -> float:
-    path = stage_dir / results.SAMPLER_CSV
-    if not path.exists():
-        return float(default)
-    df = pd.read_csv(path, usecols=["ts", "elapsed_s"], nrows=1)
-    return float(df["ts"].iloc[0] - df["elapsed_s"].iloc[0]) if len(df) else float(default)
+    first = csvfile.rows(stage_dir / results.SAMPLER_CSV)[:1]
+    return float(first[0]["ts"] - first[0]["elapsed_s"]) if first else float(default)
 
 
 def cpu_frame(run_dir) -> pd.DataFrame:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from benchmarks.analysis import metrics
+from benchmarks.capture import csvfile
 from benchmarks.run import results
 from benchmarks.run.cli import say
 
@@ -77,14 +78,12 @@ class Watch:
 
     def sockets(self) -> str:
         """TIME_WAIT per class and Locust's CPU, from the sampler's latest row."""
-        path = self.dir / results.SAMPLER_CSV
-        lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) < 2:
+        row = csvfile.latest(self.dir / results.SAMPLER_CSV)
+        if row is None:
             return "sampler starting"
-        row = dict(zip(lines[0].split(","), lines[-1].split(","), strict=False))
         parts = [f"{cls} {row[f'tw_{cls}']}" for cls in metrics.CLASSES if f"tw_{cls}" in row]
         text = f"TIME_WAIT {row.get('tw_total', '?')} ({', '.join(parts)})"
-        if row.get("cpu_locust"):
+        if row.get("cpu_locust") is not None:
             text += f", Locust CPU {float(row['cpu_locust']):.0f}%"
         return text
 

@@ -24,13 +24,12 @@ JSON at /sockets/stats and the headless line all call `snapshot`.
 
 from __future__ import annotations
 
-import csv
-import io
 import time
 from collections import deque
 from pathlib import Path
 
 from benchmarks.analysis import metrics
+from benchmarks.capture import csvfile
 from benchmarks.run import results
 
 # the sampler's component for each host's role (benchmarks/run/runner.py names them)
@@ -39,22 +38,9 @@ TAIL_BYTES = 256 * 1024  # enough for the chart's window of rows
 
 
 def read_rows(sampler_csv: Path, last: int | None = None) -> list[dict[str, float]]:
-    """The sampler's rows as numbers (the last `last` of them), oldest first."""
-    path = Path(sampler_csv)
-    if not path.exists():
-        return []
-    with open(path, "rb") as f:
-        header = f.readline().decode()
-        size = path.stat().st_size
-        if size > TAIL_BYTES:
-            f.seek(size - TAIL_BYTES)
-            f.readline()  # a partial line
-        body = f.read().decode(errors="replace")
-    if not body.endswith("\n"):  # the row being written
-        body = body[: body.rfind("\n") + 1]
-    rows = [{k: float(v) for k, v in r.items() if v not in ("", None)}
-            for r in csv.DictReader(io.StringIO(header + body))]
-    return rows[-last:] if last else rows
+    """The sampler's rows as numbers (the last `last` of them, from the file's last
+    TAIL_BYTES), oldest first."""
+    return csvfile.rows(sampler_csv, last=last, tail_bytes=TAIL_BYTES)
 
 
 class RequestWindow:

@@ -43,7 +43,6 @@ REQUIREMENTS: Linux, root, `ip` and `ss` (iproute2); `netstat` (net-tools) is
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -57,7 +56,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.capture import kernel, loop
+from benchmarks.capture import csvfile, kernel, loop
 from benchmarks.sandbox import hosts, procs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,13 +197,8 @@ def host_tw(net: hosts.Network, role: str) -> int:
 
 
 def rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    text = path.read_text()
-    lines = text.splitlines()
-    if not text.endswith("\n"):
-        lines = lines[:-1]   # a row being written
-    return list(csv.DictReader(lines)) if len(lines) > 1 else []
+    """The sampler's complete rows, each cell as written (ints stay ints)."""
+    return csvfile.rows(path, cast=csvfile.number)
 
 
 def measure_sampler(label: str, cmd: list[str], out: Path, workdir: Path, seconds: float,
@@ -233,8 +227,9 @@ def measure_sampler(label: str, cmd: list[str], out: Path, workdir: Path, second
     while (now := time.monotonic()) < t0 + seconds:
         if now - t0 >= mark:
             last = rows(out)[-1]
-            print(f"    {now - t0:5.1f} s  tw_total={last['tw_total']:>6}  "
-                  f"{show}={last[show]:>6}  cpu_sampler={last['cpu_sampler']:>5}%")
+            print(f"    {now - t0:5.1f} s  tw_total={last.get('tw_total', ''):>6}  "
+                  f"{show}={last.get(show, ''):>6}  "
+                  f"cpu_sampler={last.get('cpu_sampler', ''):>5}%")
             mark += 5
         time.sleep(min(0.2, t0 + seconds - now))
     c1, t1 = cpu(), time.monotonic()
@@ -242,7 +237,7 @@ def measure_sampler(label: str, cmd: list[str], out: Path, workdir: Path, second
     code = proc.wait(timeout=10)
     window = rows(out)[first:]
     tws = [int(r["tw_total"]) for r in window]
-    own = [float(r["cpu_sampler"]) for r in window if r["cpu_sampler"]]
+    own = [float(r["cpu_sampler"]) for r in window if "cpu_sampler" in r]
     return {"label": label, "pct": (c1 - c0) / (t1 - t0) * 100, "seconds": t1 - t0,
             "rows": len(window), "tw_min": min(tws, default=0), "tw_max": max(tws, default=0),
             "own_pct": statistics.fmean(own) if own else float("nan"), "exit": code}

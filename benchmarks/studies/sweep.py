@@ -57,6 +57,7 @@ import psutil
 
 from benchmarks import stages
 from benchmarks.analysis import metrics
+from benchmarks.capture import csvfile
 from benchmarks.run import cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import hosts
@@ -144,10 +145,7 @@ class SwitchWatch:
 
 def measured_window(sampler_csv: Path) -> tuple[float, float] | None:
     """First and last `ts` of the sampler: the measured run."""
-    if not sampler_csv.exists():
-        return None
-    with open(sampler_csv, newline="") as f:
-        ts = [float(row["ts"]) for row in csv.DictReader(f) if row.get("ts")]
+    ts = [row["ts"] for row in csvfile.rows(sampler_csv) if "ts" in row]
     return (ts[0], ts[-1]) if len(ts) >= 2 else None
 
 
