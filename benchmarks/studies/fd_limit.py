@@ -364,44 +364,15 @@ def probe(args) -> dict:
     except psutil.Error:
         limit = None
     idle = watch.sample()
-    reasons: dict[str, int] = {}
-    opened: list[Connection] = []
-    lock = threading.Lock()
-    deadline = time.monotonic() + args.connections / 50 + args.timeout * 4
-
-    def attempt(i: int) -> None:
-        if time.monotonic() > deadline:
-            conn, why = None, "not tried (deadline)"
-        else:
-            conn, why = Connection.open(url.hostname, url.port, tokens[i % len(tokens)],
-                                        args.timeout)
-        with lock:
-            if conn is not None:
-                opened.append(conn)
-            reasons[why] = reasons.get(why, 0) + 1
-
     started = time.monotonic()
-    with watch, ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-        list(pool.map(attempt, range(args.connections)))
+    with watch:
+        opened, reasons = open_connections(args, url.hostname, url.port, tokens)
         connect_s = time.monotonic() - started
         held = watch.sample()
-        # hold: answer pings, notice connections the server drops
-        dropped = 0
-        sel = selectors.DefaultSelector()  # epoll: select() stops at descriptor 1024
-        for conn in opened:
-            conn.ws.sock.settimeout(1.0)
-            sel.register(conn.ws.sock, selectors.EVENT_READ, conn)
         print(f"probe: {len(opened)} connected in {connect_s:.1f} s; holding them for "
               f"{args.hold:g} s", flush=True)
-        hold_until = time.monotonic() + args.hold
-        while time.monotonic() < hold_until:
-            for key, _ in sel.select(timeout=max(0.0, min(0.5, hold_until - time.monotonic()))):
-                if not key.data.pump():
-                    sel.unregister(key.fileobj)
-                    dropped += 1
-        still_open = len(sel.get_map())
+        dropped, still_open = hold(opened, args.hold)
         at_end = watch.sample()
-        sel.close()
     for conn in opened:
         conn.close()
     # once everything is closed: does the server take a new connection?
@@ -422,6 +393,49 @@ def probe(args) -> dict:
         "new_connection_after": after,
         "probe_nofile": [soft, hard], "probe_warning": warning,
     }
+
+
+def open_connections(args, host: str, port: int,
+                     tokens: list[str]) -> tuple[list[Connection], dict[str, int]]:
+    """args.connections attempts, args.concurrency at a time, until a deadline; (the
+    connections that opened, how many attempts ended each way: "ok" or why not)."""
+    reasons: dict[str, int] = {}
+    opened: list[Connection] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + args.connections / 50 + args.timeout * 4
+
+    def attempt(i: int) -> None:
+        if time.monotonic() > deadline:
+            conn, why = None, "not tried (deadline)"
+        else:
+            conn, why = Connection.open(host, port, tokens[i % len(tokens)], args.timeout)
+        with lock:
+            if conn is not None:
+                opened.append(conn)
+            reasons[why] = reasons.get(why, 0) + 1
+
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        list(pool.map(attempt, range(args.connections)))
+    return opened, reasons
+
+
+def hold(opened: list[Connection], seconds: float) -> tuple[int, int]:
+    """Answer pings for `seconds`, noticing connections the server drops; (dropped,
+    still open)."""
+    dropped = 0
+    sel = selectors.DefaultSelector()  # epoll: select() stops at descriptor 1024
+    for conn in opened:
+        conn.ws.sock.settimeout(1.0)
+        sel.register(conn.ws.sock, selectors.EVENT_READ, conn)
+    hold_until = time.monotonic() + seconds
+    while time.monotonic() < hold_until:
+        for key, _ in sel.select(timeout=max(0.0, min(0.5, hold_until - time.monotonic()))):
+            if not key.data.pump():
+                sel.unregister(key.fileobj)
+                dropped += 1
+    still_open = len(sel.get_map())
+    sel.close()
+    return dropped, still_open
 
 
 def probe_main(argv) -> int:

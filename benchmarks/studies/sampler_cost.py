@@ -58,8 +58,8 @@ from pathlib import Path
 
 from benchmarks.capture import csvfile, kernel, loop
 from benchmarks.sandbox import hosts, procs
+from benchmarks.stages import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGET_PCT = 2.0
 # (connecting host, listening host, port): each fills the connecting host's table
 FILLS = {"front": ("client", "app", 8000), "redis": ("app", "redis", 6379)}
@@ -283,98 +283,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def outer(args) -> int:
+    """Fill two hosts, time each way to count, run the sampler, print both tables."""
     started: list[subprocess.Popen] = []
     workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="sampler-cost-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    wide = {"net.ipv4.ip_local_port_range": "1024 65535",
-            "net.ipv4.tcp_max_tw_buckets": str(max(131072, 2 * args.tw)),
-            "net.ipv4.tcp_tw_reuse": "0"}
-    network = hosts.Network("cost", hosts.ROLES,
-                            sysctls={role: wide for role in hosts.ROLES})
     try:
-        with network as net:
-            budget = 30 + 15 + args.seconds + args.single + args.compare_ss + 30
-            fillers = {}
-            for name, (src, dst, port) in FILLS.items():
-                print(f"host {src}: filling {args.tw} TIME_WAIT toward {dst} "
-                      f"{net.address(dst)}:{port} ({src} closes first), {args.estab} held open")
-                log = workdir / f"filler-{name}.log"
-                fillers[name] = procs.start(
-                    [*net.prefix(src), py, "-m", "benchmarks.studies.sampler_cost",
-                     "--fill", net.namespace(dst), net.address(dst), str(port),
-                     "--tw", str(args.tw), "--estab", str(args.estab),
-                     "--fill-seconds", "40", "--keep-seconds", f"{budget:g}"],
-                    log=log, cwd=ROOT)
-                started.append(fillers[name])
-            deadline = time.monotonic() + 60
-            for name in FILLS:
-                log = workdir / f"filler-{name}.log"
-                while "fill" not in (log.read_text() if log.exists() else ""):
-                    if fillers[name].poll() is not None or time.monotonic() > deadline:
-                        raise RuntimeError(f"the filler did not finish: {log.read_text()}")
-                    time.sleep(0.1)
-                print("  " + log.read_text().strip())
-            loaded = [src for src, _, _ in FILLS.values()]
-            for role in loaded:
-                if host_tw(net, role) < 0.9 * args.tw:
-                    raise RuntimeError(f"only {host_tw(net, role)} TIME_WAIT on {role}; "
-                                       f"see {workdir}")
+        with cost_network(args.tw) as net:
+            fillers = fill_hosts(net, args, workdir, started)
             tw_now = {role: host_tw(net, role) for role in hosts.ROLES}
             print(f"TIME_WAIT per host: {tw_now}")
-
-            print(f"timing one call of each on the client host (median of {args.repeat})")
-            calls = json.loads(subprocess.run(
-                [*net.prefix("client"), py, "-m", "benchmarks.studies.sampler_cost", "--time-calls",
-                 "8000", "--repeat", str(args.repeat)], capture_output=True, text=True,
-                check=True, cwd=ROOT).stdout)
-
-            filler_pids = {"filler": [f.pid for f in fillers.values()]}
-            runs = []
-
-            def hosts_run(label: str, seconds: float, backend: str) -> dict:
-                out = workdir / f"sampler-{label}.csv"
-                cmd = loop.command(out, CLASSES, filler_pids, args.interval,
-                                      backend=backend, hosts=net.names())
-                (workdir / f"sampler-{label}.cmd").write_text(" ".join(cmd) + "\n")
-                result = measure_sampler(label, cmd, out, workdir, seconds, started,
-                                         "tw_front_client")
-                result.update(hosts=len(net.names()), loaded=len(loaded))
-                return result
-
-            runs.append(hosts_run("hosts", args.seconds, "netlink"))
-            if args.single > 0:
-                out = workdir / "sampler-single.csv"
-                cmd = loop.command(out, SINGLE_CLASSES, filler_pids, args.interval,
-                                      netns=net.namespace("client"))
-                result = measure_sampler("single", cmd, out, workdir, args.single, started,
-                                         "tw_front_client")
-                runs.append({**result, "hosts": 1, "loaded": 1})
-            if args.compare_ss > 0:
-                runs.append(hosts_run("hosts-ss", args.compare_ss, "ss"))
-
-            print()
-            print(f"one call each on the client host, {tw_now['client']} TIME_WAIT + "
-                  f"{args.estab} connections held (median of {args.repeat}):")
-            print(f"  {'call':58} {'wall ms':>8} {'cpu ms':>8}")
-            for c in calls:
-                if c["wall_ms"] is None:
-                    print(f"  {c['call']:58} {'(not installed)':>17}")
-                else:
-                    print(f"  {c['call']:58} {c['wall_ms']:8.1f} {c['cpu_ms']:8.1f}")
-            print()
-            print(f"the sampler at {1 / args.interval:g} Hz, CPU incl. children, % of one core "
-                  f"({args.tw} TIME_WAIT on each loaded host):")
-            print(f"  {'run':9} {'hosts':>5} {'loaded':>6} {'seconds':>7} {'rows':>5} "
-                  f"{'TIME_WAIT min..max':>19} {'cost %':>7} {'per loaded host %':>17}  target")
-            for r in runs:
-                r["per_host"] = r["pct"] / r["loaded"]
-                ok = "ok" if r["per_host"] <= TARGET_PCT else "OVER"
-                print(f"  {r['label']:9} {r['hosts']:5d} {r['loaded']:6d} {r['seconds']:7.1f} "
-                      f"{r['rows']:5d} {r['tw_min']:>9}..{r['tw_max']:<9} {r['pct']:7.2f} "
-                      f"{r['per_host']:17.2f}  <= {TARGET_PCT:g}% {ok}")
-            print("  (per loaded host: the whole cost over the hosts holding the TIME_WAIT; "
-                  "the nearly empty hosts' share is in it)")
+            calls = time_calls_on_client(net, args.repeat)
+            runs = run_samplers(net, args, workdir, started, fillers)
+            print_calls(calls, tw_now["client"], args)
+            print_runs(runs, args)
             if args.keep:
                 print(f"\nCSVs, commands and logs kept in {workdir}")
             return 0 if runs[0]["per_host"] <= TARGET_PCT else 1
@@ -387,6 +308,119 @@ def outer(args) -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
+
+def cost_network(tw: int) -> hosts.Network:
+    """The four hosts, each with a wide port range, room for `tw` TIME_WAIT and no reuse."""
+    wide = {"net.ipv4.ip_local_port_range": "1024 65535",
+            "net.ipv4.tcp_max_tw_buckets": str(max(131072, 2 * tw)),
+            "net.ipv4.tcp_tw_reuse": "0"}
+    return hosts.Network("cost", hosts.ROLES, sysctls={role: wide for role in hosts.ROLES})
+
+
+def fill_hosts(net: hosts.Network, args, workdir: Path,
+               started: list) -> dict[str, subprocess.Popen]:
+    """A filler per FILLS entry, kept running (topping up) for the whole measurement;
+    returns once each host holds at least 90% of --tw TIME_WAIT."""
+    budget = 30 + 15 + args.seconds + args.single + args.compare_ss + 30
+    fillers = {}
+    for name, (src, dst, port) in FILLS.items():
+        print(f"host {src}: filling {args.tw} TIME_WAIT toward {dst} "
+              f"{net.address(dst)}:{port} ({src} closes first), {args.estab} held open")
+        fillers[name] = procs.start(
+            [*net.prefix(src), sys.executable, "-m", "benchmarks.studies.sampler_cost",
+             "--fill", net.namespace(dst), net.address(dst), str(port),
+             "--tw", str(args.tw), "--estab", str(args.estab),
+             "--fill-seconds", "40", "--keep-seconds", f"{budget:g}"],
+            log=workdir / f"filler-{name}.log", cwd=ROOT)
+        started.append(fillers[name])
+    deadline = time.monotonic() + 60
+    for name in FILLS:
+        log = workdir / f"filler-{name}.log"
+        while "fill" not in (log.read_text() if log.exists() else ""):
+            if fillers[name].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the filler did not finish: {log.read_text()}")
+            time.sleep(0.1)
+        print("  " + log.read_text().strip())
+    for role in loaded_hosts():
+        if host_tw(net, role) < 0.9 * args.tw:
+            raise RuntimeError(f"only {host_tw(net, role)} TIME_WAIT on {role}; "
+                               f"see {workdir}")
+    return fillers
+
+
+def loaded_hosts() -> list[str]:
+    """The hosts the fillers fill: the connecting side of each FILLS entry."""
+    return [src for src, _, _ in FILLS.values()]
+
+
+def time_calls_on_client(net: hosts.Network, repeat: int) -> list[dict]:
+    """`--time-calls` run on the client host: each way to count, timed once (median)."""
+    print(f"timing one call of each on the client host (median of {repeat})")
+    return json.loads(subprocess.run(
+        [*net.prefix("client"), sys.executable, "-m", "benchmarks.studies.sampler_cost",
+         "--time-calls", "8000", "--repeat", str(repeat)], capture_output=True, text=True,
+        check=True, cwd=ROOT).stdout)
+
+
+def run_samplers(net: hosts.Network, args, workdir: Path, started: list,
+                 fillers: dict[str, subprocess.Popen]) -> list[dict]:
+    """The hosts sampler (netlink), then the one-namespace one and the hosts one with
+    `ss` if asked; the result of each (measure_sampler's)."""
+    filler_pids = {"filler": [f.pid for f in fillers.values()]}
+    loaded = len(loaded_hosts())
+
+    def hosts_run(label: str, seconds: float, backend: str) -> dict:
+        out = workdir / f"sampler-{label}.csv"
+        cmd = loop.command(out, CLASSES, filler_pids, args.interval,
+                           backend=backend, hosts=net.names())
+        (workdir / f"sampler-{label}.cmd").write_text(" ".join(cmd) + "\n")
+        result = measure_sampler(label, cmd, out, workdir, seconds, started,
+                                 "tw_front_client")
+        result.update(hosts=len(net.names()), loaded=loaded)
+        return result
+
+    runs = [hosts_run("hosts", args.seconds, "netlink")]
+    if args.single > 0:
+        out = workdir / "sampler-single.csv"
+        cmd = loop.command(out, SINGLE_CLASSES, filler_pids, args.interval,
+                           netns=net.namespace("client"))
+        result = measure_sampler("single", cmd, out, workdir, args.single, started,
+                                 "tw_front_client")
+        runs.append({**result, "hosts": 1, "loaded": 1})
+    if args.compare_ss > 0:
+        runs.append(hosts_run("hosts-ss", args.compare_ss, "ss"))
+    for r in runs:
+        r["per_host"] = r["pct"] / r["loaded"]
+    return runs
+
+
+def print_calls(calls: list[dict], tw_client: int, args) -> None:
+    """The table of one call of each way to count, on the client host."""
+    print()
+    print(f"one call each on the client host, {tw_client} TIME_WAIT + "
+          f"{args.estab} connections held (median of {args.repeat}):")
+    print(f"  {'call':58} {'wall ms':>8} {'cpu ms':>8}")
+    for c in calls:
+        if c["wall_ms"] is None:
+            print(f"  {c['call']:58} {'(not installed)':>17}")
+        else:
+            print(f"  {c['call']:58} {c['wall_ms']:8.1f} {c['cpu_ms']:8.1f}")
+
+
+def print_runs(runs: list[dict], args) -> None:
+    """The table of the sampler's cost per run, against TARGET_PCT per loaded host."""
+    print()
+    print(f"the sampler at {1 / args.interval:g} Hz, CPU incl. children, % of one core "
+          f"({args.tw} TIME_WAIT on each loaded host):")
+    print(f"  {'run':9} {'hosts':>5} {'loaded':>6} {'seconds':>7} {'rows':>5} "
+          f"{'TIME_WAIT min..max':>19} {'cost %':>7} {'per loaded host %':>17}  target")
+    for r in runs:
+        ok = "ok" if r["per_host"] <= TARGET_PCT else "OVER"
+        print(f"  {r['label']:9} {r['hosts']:5d} {r['loaded']:6d} {r['seconds']:7.1f} "
+              f"{r['rows']:5d} {r['tw_min']:>9}..{r['tw_max']:<9} {r['pct']:7.2f} "
+              f"{r['per_host']:17.2f}  <= {TARGET_PCT:g}% {ok}")
+    print("  (per loaded host: the whole cost over the hosts holding the TIME_WAIT; "
+          "the nearly empty hosts' share is in it)")
 
 if __name__ == "__main__":
     sys.exit(main())
