@@ -24,8 +24,6 @@ one whose stage failed to run, still plots what is there.
 from __future__ import annotations
 
 import io
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,11 +34,17 @@ from matplotlib.ticker import FuncFormatter
 from PIL import Image
 
 from benchmarks.analysis import metrics
+from benchmarks.analysis.frames import (
+    COMPONENTS,
+    StageRun,
+    cpu_frame,
+    history_frame,
+    metrics_frame,
+    sampler_frame,
+    stage_runs,
+)
 from benchmarks.analysis.metrics import TIME_WAIT_SECONDS
-from benchmarks.capture import csvfile
-from benchmarks.run import results
 from benchmarks.run.results import run_info
-from benchmarks.stages import Stage
 
 # One sentence per plot on how to read it; report.md and the notebook print these.
 HOW_TO_READ = {
@@ -91,125 +95,10 @@ CLASS_COLORS = {"redis": "#d62728", "upstream": "#9467bd", "front": "#1f77b4"}
 # markers and dashes too, so two classes with the same counts (stage 1) stay apart
 CLASS_MARKERS = {"redis": "o", "upstream": "s", "front": "^"}
 CLASS_DASHES = {"redis": "-", "upstream": "-", "front": "--"}
-COMPONENTS = ("app", "redis", "nginx", "sampler", "locust")
 COMPONENT_COLORS = {"app": "#1f77b4", "redis": "#d62728", "nginx": "#2ca02c",
                     "sampler": "#7f7f7f", "locust": "#ff7f0e"}
 OK_COLOR, FAIL_COLOR = "#2ca02c", "#d62728"
 DPI = 100
-
-
-# --- reading a run ---------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StageRun:
-    """One stage of a run: its registry entry and its folder."""
-
-    stage: Stage
-    dir: Path
-
-    @property
-    def label(self) -> str:
-        """`3g gevent-keepalive`: the stage's key and slug, as plots show them."""
-        return f"{self.stage.key} {self.stage.slug}"
-
-    @property
-    def tick(self) -> str:
-        """The label on a few short lines, for a bar's tick."""
-        return "\n".join([self.stage.key, *textwrap.wrap(self.stage.slug, 16)])
-
-
-def stage_runs(run_dir) -> list[StageRun]:
-    """The run's stages that have results (`metrics.json`), in registry order."""
-    return [StageRun(stage, folder) for stage, folder in results.measured_stages(run_dir)]
-
-
-def metrics_frame(run_dir) -> pd.DataFrame:
-    """One row per stage: every number of its metrics.json, indexed by the stage folder name."""
-    rows = []
-    for sr in stage_runs(run_dir):
-        m = results.read_json(sr.dir / results.METRICS_JSON)
-        rows.append({"stage": sr.stage.dirname, "key": sr.stage.key, "label": sr.label,
-                     "title": sr.stage.title, "front": sr.stage.front, **m})
-    if not rows:
-        return pd.DataFrame(columns=["stage", "key", "label", "title", "front"]).set_index("stage")
-    frame = pd.DataFrame(rows).set_index("stage")
-    # metrics.json has None where a number does not apply (no `upstream` without Nginx)
-    numeric = [c for c in frame.columns if c not in ("key", "label", "title", "front")]
-    frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce")
-    # metrics' `rps` counts answered requests; `locust_rps` counts failures too
-    frame["ok_rps"] = frame["rps"]
-    frame["fail_rps"] = (frame["locust_rps"] - frame["rps"]).fillna(0.0).clip(lower=0.0)
-    return frame
-
-
-def sampler_frame(run_dir) -> pd.DataFrame:
-    """Every stage's sampler.csv, one row per sample, with `stage` and `label` columns.
-
-    `t` is seconds since the sampler started (it starts with the measured Locust run).
-    """
-    parts = []
-    for sr in stage_runs(run_dir):
-        names, rows = csvfile.table(sr.dir / results.SAMPLER_CSV)
-        df = pd.DataFrame(rows, columns=names)
-        if df.empty:
-            continue
-        df.insert(0, "stage", sr.stage.dirname)
-        df.insert(1, "label", sr.label)
-        df.insert(2, "t", df["elapsed_s"])
-        parts.append(df)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["stage", "label", "t", "ts", "elapsed_s"])
-
-
-def history_frame(run_dir) -> pd.DataFrame:
-    """Locust's per-second history (Aggregated rows) of every stage, on the sampler's clock.
-
-    `requests_per_s` and `failures_per_s` are differences of Locust's cumulative counts
-    between rows, over the second before each row (its own `Requests/s` and `Failures/s`
-    columns are averages over the last seconds that lag behind). `t` is the row's time in
-    seconds since that stage's sampler started, so it lines up with `sampler_frame`.
-    """
-    parts = []
-    for sr in stage_runs(run_dir):
-        path = sr.dir / results.LOCUST_HISTORY
-        if not path.exists():
-            continue
-        df = pd.read_csv(path)
-        df = df[df["Name"] == "Aggregated"].sort_values("Timestamp").reset_index(drop=True)
-        if df.empty:
-            continue
-        dt = df["Timestamp"].diff()
-        # the first row has no interval before it: NaN, not 0
-        df["requests_per_s"] = df["Total Request Count"].diff() / dt
-        df["failures_per_s"] = df["Total Failure Count"].diff() / dt
-        df["t"] = df["Timestamp"] - _sampler_start(sr.dir, default=df["Timestamp"].iloc[0])
-        df.insert(0, "stage", sr.stage.dirname)
-        df.insert(1, "label", sr.label)
-        parts.append(df)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["stage", "label", "t", "requests_per_s", "failures_per_s"])
-
-
-def _sampler_start(stage_dir: Path, default: float) -> float:
-    first = csvfile.rows(stage_dir / results.SAMPLER_CSV)[:1]
-    return float(first[0]["ts"] - first[0]["elapsed_s"]) if first else float(default)
-
-
-def cpu_frame(run_dir) -> pd.DataFrame:
-    """Mean CPU (% of one core) of each component over the measured window: stage x component.
-
-    `metrics.mean_cpu` (weighted by each sample's interval). A component a stage does not
-    have (Nginx without a proxy) is NaN.
-    """
-    runs = stage_runs(run_dir)
-    out = pd.DataFrame(index=pd.Index([sr.stage.dirname for sr in runs], name="stage"),
-                       columns=list(COMPONENTS), dtype=float)
-    for sr in runs:
-        for comp in COMPONENTS:
-            mean = metrics.mean_cpu(sr.dir / results.SAMPLER_CSV, f"cpu_{comp}")
-            if mean is not None:
-                out.loc[sr.stage.dirname, comp] = mean
-    return out
 
 
 # --- drawing ---------------------------------------------------------------------
@@ -339,7 +228,15 @@ def throughput_latency(run_dir, out=None) -> Figure:
     x = np.arange(len(m))
     fig = _figure(max(8.5, 1.15 * len(m) + 2.5), 7.5)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.1, 1])
+    _throughput_panel(top, m, x)
+    _latency_panel(bottom, m, x)
+    bottom.set_xticks(x, [sr.tick for sr in runs], fontsize=9)
+    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
+    return _finish(fig, name, out)
 
+
+def _throughput_panel(top, m: pd.DataFrame, x) -> None:
+    """Answered and failed requests/s per stage, stacked; a bar too tall is cut and says so."""
     top.bar(x, m["ok_rps"], color=OK_COLOR, label="answered")
     top.bar(x, m["fail_rps"], bottom=m["ok_rps"], color=FAIL_COLOR, label="failed")
     for i, (rps, fails) in enumerate(zip(m["rps"], m["failures"], strict=True)):
@@ -362,6 +259,9 @@ def throughput_latency(run_dir, out=None) -> Figure:
     top.legend(loc="upper left", fontsize=9, frameon=False)
     top.grid(axis="y", alpha=0.3)
 
+
+def _latency_panel(bottom, m: pd.DataFrame, x) -> None:
+    """p95 and p99 per stage on a log scale, with the share of failed requests."""
     width = 0.38
     for offset, col, label, color in ((-width / 2, "p95_ms", "p95", "#8c9fca"),
                                       (width / 2, "p99_ms", "p99", "#3b4c8c")):
@@ -390,10 +290,6 @@ def throughput_latency(run_dir, out=None) -> Figure:
                      fontsize=11, loc="left")
     bottom.legend(loc="upper right", fontsize=9, frameon=False)
     bottom.grid(axis="y", alpha=0.3, which="both")
-    bottom.set_xticks(x, [sr.tick for sr in runs], fontsize=9)
-
-    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
 
 
 def time_wait(run_dir, out=None) -> Figure:
@@ -409,47 +305,16 @@ def time_wait(run_dir, out=None) -> Figure:
                                       squeeze=False)).ravel()
     top = max(10.0, float(np.nanmax([samples[f"tw_{c}"].max() for c in CLASSES
                                      if f"tw_{c}" in samples] or [10])))
-    limits = []
-    for ax, sr in zip(axes, runs, strict=False):
-        df = samples[samples["stage"] == sr.stage.dirname]
-        drawn = [c for c in CLASSES if f"tw_{c}" in df and df[f"tw_{c}"].notna().any()]
-        for i, cls in enumerate(drawn):
-            # the first drawn are wider and paler, so a class whose counts equal another's
-            # (stages 0 and 1: a Redis connection per request) shows around it
-            ax.plot(df["t"], df[f"tw_{cls}"], color=CLASS_COLORS[cls],
-                    lw=2 + 2.5 * (len(drawn) - 1 - i), alpha=0.55 if i < len(drawn) - 1 else 1,
-                    ls=CLASS_DASHES[cls], marker=CLASS_MARKERS[cls], ms=4,
-                    label=CLASS_LABELS[cls])
-        together = overlapping(df, drawn)
-        if together:
-            ax.annotate(" and ".join(together) + ": the same counts (lines on each other)",
-                        (0.98, 0.04), xycoords="axes fraction", ha="right", fontsize=7.5,
-                        color="#444444")
-        ports = metrics.local_ports(sr.dir, sr.stage)
-        # The port limit only matters to the client end of an outgoing connection; draw it
-        # where it is within reach (a narrowed range, or TIME_WAIT past a tenth of it).
-        if ports and (ports < 10000 or top > ports / 10):
-            ax.axhline(ports, color="black", ls="--", lw=1)
-            ax.annotate(f"{ports:,} local ports", (0.02, ports), xycoords=("axes fraction",
-                        "data"), xytext=(0, 3), textcoords="offset points", fontsize=8)
-            limits.append(ports)
-        ax.set_title(sr.label, fontsize=10)
-        ax.grid(alpha=0.3, which="major")
+    limits = [ports for ax, sr in zip(axes, runs, strict=False)
+              if (ports := _time_wait_panel(ax, samples[samples["stage"] == sr.stage.dirname],
+                                            sr, top))]
     for ax in axes[len(runs):]:
         ax.set_visible(False)
     ax0 = axes[0]
     ax0.set_yscale("symlog", linthresh=10, linscale=0.5)
     ax0.set_ylim(0, max(top, *limits) * 2.5 if limits else top * 2.5)
     _plain_numbers(ax0.yaxis)
-    for ax in axes[:len(runs)]:
-        ax.tick_params(labelleft=True, labelbottom=True, labelsize=8)
-    for r in range(nrows):
-        axes[r * ncols].set_ylabel("TIME_WAIT sockets")
-    for ax in axes[(nrows - 1) * ncols:len(runs)]:
-        ax.set_xlabel("seconds into the measured run")
-    if nrows > 1:  # the last row can be short: label the panels above its gaps too
-        for ax in axes[len(runs) - ncols:(nrows - 1) * ncols]:
-            ax.set_xlabel("seconds into the measured run")
+    _label_panels(axes, len(runs), nrows, ncols)
     handles = {}
     for ax in axes[:len(runs)]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -459,6 +324,48 @@ def time_wait(run_dir, out=None) -> Figure:
                ncols=len(order), fontsize=9, frameon=False)
     fig.suptitle(f"{TITLES[name]} (log scale above 10)\n{_run_note(run_dir)}", fontsize=13)
     return _finish(fig, name, out)
+
+
+def _time_wait_panel(ax, df: pd.DataFrame, sr: StageRun, top: float) -> int | None:
+    """A stage's TIME_WAIT per class over time; the port limit it drew, if any."""
+    drawn = [c for c in CLASSES if f"tw_{c}" in df and df[f"tw_{c}"].notna().any()]
+    for i, cls in enumerate(drawn):
+        # the first drawn are wider and paler, so a class whose counts equal another's
+        # (stages 0 and 1: a Redis connection per request) shows around it
+        ax.plot(df["t"], df[f"tw_{cls}"], color=CLASS_COLORS[cls],
+                lw=2 + 2.5 * (len(drawn) - 1 - i), alpha=0.55 if i < len(drawn) - 1 else 1,
+                ls=CLASS_DASHES[cls], marker=CLASS_MARKERS[cls], ms=4,
+                label=CLASS_LABELS[cls])
+    together = overlapping(df, drawn)
+    if together:
+        ax.annotate(" and ".join(together) + ": the same counts (lines on each other)",
+                    (0.98, 0.04), xycoords="axes fraction", ha="right", fontsize=7.5,
+                    color="#444444")
+    ports = metrics.local_ports(sr.dir, sr.stage)
+    # The port limit only matters to the client end of an outgoing connection; draw it
+    # where it is within reach (a narrowed range, or TIME_WAIT past a tenth of it).
+    drew = None
+    if ports and (ports < 10000 or top > ports / 10):
+        ax.axhline(ports, color="black", ls="--", lw=1)
+        ax.annotate(f"{ports:,} local ports", (0.02, ports), xycoords=("axes fraction",
+                    "data"), xytext=(0, 3), textcoords="offset points", fontsize=8)
+        drew = ports
+    ax.set_title(sr.label, fontsize=10)
+    ax.grid(alpha=0.3, which="major")
+    return drew
+
+
+def _label_panels(axes, n: int, nrows: int, ncols: int) -> None:
+    """Ticks on every panel; the y label on each row's first, the x label on each bottom one."""
+    for ax in axes[:n]:
+        ax.tick_params(labelleft=True, labelbottom=True, labelsize=8)
+    for r in range(nrows):
+        axes[r * ncols].set_ylabel("TIME_WAIT sockets")
+    for ax in axes[(nrows - 1) * ncols:n]:
+        ax.set_xlabel("seconds into the measured run")
+    if nrows > 1:  # the last row can be short: label the panels above its gaps too
+        for ax in axes[n - ncols:(nrows - 1) * ncols]:
+            ax.set_xlabel("seconds into the measured run")
 
 
 def time_wait_vs_throughput(run_dir, out=None) -> Figure:
@@ -494,23 +401,8 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
         ax.scatter(sub["ok_rps"], sub[col], s=70, color=CLASS_COLORS[cls], label=CLASS_LABELS[cls],
                    marker=CLASS_MARKERS[cls], zorder=3, edgecolor="white", linewidth=0.8,
                    alpha=0.85, clip_on=False)
-    labels = []  # (x, y, text, colour): placed together below, so none lands on another
-    for cls in CLASSES:
-        col = f"tw_{cls}_peak"
-        if col in m:
-            labels += [(row["ok_rps"], row[col], row["key"], CLASS_COLORS[cls])
-                       for _, row in m[m[col] > floor].iterrows()]
-    for _, row in m.iterrows():
-        if any(pd.notna(row.get(c)) and row[c] <= floor for c in peak_cols):
-            labels.append((row["ok_rps"], 0.0, row["key"], "#444444"))
-    # a narrowed port range caps the client end of a churning class (Nginx -> app)
-    ranges = (metrics.local_ports(sr.dir, sr.stage) for sr in stage_runs(run_dir))
-    narrowed = sorted({p for p in ranges if p and p < ymax})
-    for ports in narrowed:
-        ax.axhline(ports, color="black", ls=":", lw=1)
-        ax.annotate(f"{ports:,} local ports: the most an outgoing class can hold",
-                    (0.0, ports), xycoords=("axes fraction", "data"), xytext=(4, 3),
-                    textcoords="offset points", ha="left", fontsize=8)
+    labels = _dot_labels(m, peak_cols, floor)
+    _narrowed_port_ranges(ax, run_dir, ymax)
     ax.set_ylim(0, ymax * 1.12)
     ax.set_xlim(0, xmax)
     _plain_numbers(ax.yaxis)
@@ -525,6 +417,34 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
                  color="#444444")
     fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
     return _finish(fig, name, out)
+
+
+def _dot_labels(m: pd.DataFrame, peak_cols: list[str],
+                floor: float) -> list[tuple[float, float, str, str]]:
+    """(x, y, text, colour) of each dot's stage key, placed together later so none lands
+    on another; dots this close to 0 share one label per stage, below the axis line."""
+    labels = []
+    for cls in CLASSES:
+        col = f"tw_{cls}_peak"
+        if col in m:
+            labels += [(row["ok_rps"], row[col], row["key"], CLASS_COLORS[cls])
+                       for _, row in m[m[col] > floor].iterrows()]
+    for _, row in m.iterrows():
+        if any(pd.notna(row.get(c)) and row[c] <= floor for c in peak_cols):
+            labels.append((row["ok_rps"], 0.0, row["key"], "#444444"))
+    return labels
+
+
+def _narrowed_port_ranges(ax, run_dir, ymax: float) -> None:
+    """A line at each narrowed port range within the axis: it caps the client end of a
+    churning class (Nginx -> app)."""
+    ranges = (metrics.local_ports(sr.dir, sr.stage) for sr in stage_runs(run_dir))
+    narrowed = sorted({p for p in ranges if p and p < ymax})
+    for ports in narrowed:
+        ax.axhline(ports, color="black", ls=":", lw=1)
+        ax.annotate(f"{ports:,} local ports: the most an outgoing class can hold",
+                    (0.0, ports), xycoords=("axes fraction", "data"), xytext=(4, 3),
+                    textcoords="offset points", ha="left", fontsize=8)
 
 
 def cpu(run_dir, out=None) -> Figure:
@@ -605,42 +525,10 @@ def failures(run_dir, out=None) -> Figure | None:
     ports_all = [p for p in (metrics.local_ports(sr.dir, sr.stage) for sr in runs) if p]
     tw_top = max(tw_top, *ports_all) if ports_all else tw_top
     fail_top = rate_axis_top(history[history["stage"].isin([sr.stage.dirname for sr in runs])])
-    twins = []
-    for ax, sr in zip(axes, runs, strict=False):
-        df = samples[samples["stage"] == sr.stage.dirname]
-        hist = history[history["stage"] == sr.stage.dirname].dropna(subset=["requests_per_s"])
-        right = ax.twinx()
-        twins.append(right)
-        right.bar(hist["t"] - 0.5, hist["failures_per_s"].clip(upper=fail_top), width=0.9,
-                  color=FAIL_COLOR, alpha=0.55, label="failed requests/s (Locust)")
-        for t, v in zip(hist["t"], hist["failures_per_s"], strict=True):
-            if v > fail_top:  # a bar the axis cuts says how tall it was
-                right.annotate(f"▲{v:,.0f}", (t - 0.5, fail_top), xytext=(0, 1),
-                               textcoords="offset points", ha="center", va="bottom",
-                               fontsize=6.5, color=FAIL_COLOR, annotation_clip=False)
-        # each history row counts the second before it
-        right.hlines(hist["requests_per_s"] - hist["failures_per_s"], hist["t"] - 1, hist["t"],
-                     color=OK_COLOR, lw=2.2, label="answered requests/s (Locust)")
-        ax.plot(df["t"], df["tw_upstream_client"], color=CLASS_COLORS["upstream"], lw=2.2,
-                marker=CLASS_MARKERS["upstream"], ms=4, zorder=3,
-                label="upstream TIME_WAIT, Nginx's end (local ports held)")
-        ax.set_zorder(right.get_zorder() + 1)
-        ax.patch.set_visible(False)
-        ports = metrics.local_ports(sr.dir, sr.stage)
-        if ports:
-            ax.axhline(ports, color="black", ls="--", lw=1)
-            ax.annotate(f"{ports:,} local ports", (0.02, ports),
-                        xycoords=("axes fraction", "data"), xytext=(0, 3),
-                        textcoords="offset points", fontsize=8)
-        total_fail = int(hist["Total Failure Count"].max()) if len(hist) else 0
-        ax.set_title(f"{sr.label}: {total_fail:,} failed requests", fontsize=10)
-        ax.set_ylim(0, tw_top * 1.15)
-        right.set_ylim(0, fail_top * 1.12)
-        ax.set_ylabel("TIME_WAIT sockets", color=CLASS_COLORS["upstream"])
-        right.set_ylabel("requests/s: failed (bars), answered (line)")
-        ax.set_xlabel("seconds into the measured run")
-        ax.tick_params(labelbottom=True)
-        ax.grid(alpha=0.3)
+    twins = [_failures_panel(ax, sr, samples[samples["stage"] == sr.stage.dirname],
+                             history[history["stage"] == sr.stage.dirname].dropna(
+                                 subset=["requests_per_s"]), tw_top, fail_top)
+             for ax, sr in zip(axes, runs, strict=False)]
     for ax in axes[len(runs):]:
         ax.set_visible(False)
     handles = axes[0].get_legend_handles_labels()
@@ -649,6 +537,44 @@ def failures(run_dir, out=None) -> Figure | None:
                ncols=3, fontsize=9, frameon=False)
     fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
     return _finish(fig, name, out)
+
+
+def _failures_panel(ax, sr: StageRun, df: pd.DataFrame, hist: pd.DataFrame, tw_top: float,
+                    fail_top: float):
+    """A stage's failed and answered requests/s (right axis) beside Nginx's upstream
+    TIME_WAIT (left); returns the right axis."""
+    right = ax.twinx()
+    right.bar(hist["t"] - 0.5, hist["failures_per_s"].clip(upper=fail_top), width=0.9,
+              color=FAIL_COLOR, alpha=0.55, label="failed requests/s (Locust)")
+    for t, v in zip(hist["t"], hist["failures_per_s"], strict=True):
+        if v > fail_top:  # a bar the axis cuts says how tall it was
+            right.annotate(f"▲{v:,.0f}", (t - 0.5, fail_top), xytext=(0, 1),
+                           textcoords="offset points", ha="center", va="bottom",
+                           fontsize=6.5, color=FAIL_COLOR, annotation_clip=False)
+    # each history row counts the second before it
+    right.hlines(hist["requests_per_s"] - hist["failures_per_s"], hist["t"] - 1, hist["t"],
+                 color=OK_COLOR, lw=2.2, label="answered requests/s (Locust)")
+    ax.plot(df["t"], df["tw_upstream_client"], color=CLASS_COLORS["upstream"], lw=2.2,
+            marker=CLASS_MARKERS["upstream"], ms=4, zorder=3,
+            label="upstream TIME_WAIT, Nginx's end (local ports held)")
+    ax.set_zorder(right.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ports = metrics.local_ports(sr.dir, sr.stage)
+    if ports:
+        ax.axhline(ports, color="black", ls="--", lw=1)
+        ax.annotate(f"{ports:,} local ports", (0.02, ports),
+                    xycoords=("axes fraction", "data"), xytext=(0, 3),
+                    textcoords="offset points", fontsize=8)
+    total_fail = int(hist["Total Failure Count"].max()) if len(hist) else 0
+    ax.set_title(f"{sr.label}: {total_fail:,} failed requests", fontsize=10)
+    ax.set_ylim(0, tw_top * 1.15)
+    right.set_ylim(0, fail_top * 1.12)
+    ax.set_ylabel("TIME_WAIT sockets", color=CLASS_COLORS["upstream"])
+    right.set_ylabel("requests/s: failed (bars), answered (line)")
+    ax.set_xlabel("seconds into the measured run")
+    ax.tick_params(labelbottom=True)
+    ax.grid(alpha=0.3)
+    return right
 
 
 # name -> function, in the order report.md and the notebook show them
