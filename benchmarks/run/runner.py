@@ -420,6 +420,17 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         **metrics.count_answered(load.count_log, count_from)})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
+    say_outcome(result, checks)
+    if opts.screenshots and screenshot:
+        shown.phase("a screenshot of the Sockets tab")
+        screenshot(stage, stage_dir, stack.url)
+    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
+            "hosts": placed}
+
+
+def say_outcome(result: dict, checks: list[dict]) -> None:
+    """A measured stage's answered requests/s by both counts, each check, and a warning
+    when Locust was the bottleneck or the counts disagree."""
     if metrics.client_bound(result):
         say(f"  WARNING: Locust used {result['client_cpu_p95']:.0f}% of its core (p95): "
             "these numbers measure the client, not the server (fewer --users, or "
@@ -430,11 +441,6 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
     for c in checks:
         say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
-    if opts.screenshots and screenshot:
-        shown.phase("a screenshot of the Sockets tab")
-        screenshot(stage, stage_dir, stack.url)
-    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
-            "hosts": placed}
 
 
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
