@@ -31,6 +31,10 @@ TCP_ESTABLISHED, TCP_TIME_WAIT = 1, 6
 IPPROTO_TCP = 6
 _NLMSG_HDR = 16
 _DIAG_MSG = 72              # struct inet_diag_msg, attributes may follow
+# Where a record's fields are (struct inet_diag_msg after the netlink header), for
+# both ways of counting: the bulk count (_bulk, _tally) and the record walk (_walk).
+_FAMILY = _NLMSG_HDR        # AF_INET or AF_INET6
+_STATE = _NLMSG_HDR + 1     # the TCP state
 _SPORT, _DPORT = _NLMSG_HDR + 4, _NLMSG_HDR + 6   # network byte order
 _DST = _NLMSG_HDR + 24      # the remote address (IPv4: its first 4 bytes)
 
@@ -264,7 +268,7 @@ class DiagCounter:
         """
         states = []
         for data, start, count, ln in pieces:
-            st = data[start + _NLMSG_HDR + 1:start + count * ln:ln]
+            st = data[start + _STATE:start + count * ln:ln]
             if st != st[:1] * count:
                 return False
             states.append(st[0] if count else None)
@@ -285,7 +289,7 @@ class DiagCounter:
                 if width > 3:
                     for k in range(4):
                         rows[2 + k::width] = data[start + _DST + k:end:ln]
-                    rows[6::width] = data[start + _NLMSG_HDR:end:ln]
+                    rows[6::width] = data[start + _FAMILY:end:ln]
                 for i, pattern in enumerate(self._patterns):
                     counts[i] += rows.count(pattern)
         return True
@@ -304,12 +308,12 @@ class DiagCounter:
             if ln < _NLMSG_HDR or off + ln > n:
                 raise OSError(f"malformed netlink message (len {ln} at {off} of {n})")
             if typ == kind and ln >= _NLMSG_HDR + _DIAG_MSG:
-                a = acc.get(buf[off + _NLMSG_HDR + 1])
+                a = acc.get(buf[off + _STATE])
                 if a is not None:
                     a[0] += 1
                     sport, dport = struct.unpack_from("=HH", buf, off + _SPORT)
                     peer = bytes(buf[off + _DST:off + _DST + 4])
-                    ipv4 = buf[off + _NLMSG_HDR] == socket.AF_INET
+                    ipv4 = buf[off + _FAMILY] == socket.AF_INET
                     for i, (key, want) in enumerate(self._keys):
                         if want is not None and (peer != want or not ipv4):
                             continue
