@@ -202,12 +202,16 @@ def assert_error():
     return _assert_error
 
 
-def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
+def run_module(module: str, *args: str, timeout: float,
+               pids: list[int] | None = None) -> tuple[int, str]:
     """Run `python -m module args` from the repo root, as a user would; (exit code, output).
 
-    Killed (and the test fails on its exit code) if it outlives `timeout`."""
+    Killed (and the test fails on its exit code) if it outlives `timeout`. `pids`, if
+    given, receives the process's pid (the owner in its namespaces' names)."""
     proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if pids is not None:
+        pids.append(proc.pid)
     try:
         output = proc.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
