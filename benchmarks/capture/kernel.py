@@ -32,7 +32,7 @@ IPPROTO_TCP = 6
 _NLMSG_HDR = 16
 _DIAG_MSG = 72              # struct inet_diag_msg, attributes may follow
 # Where a record's fields are (struct inet_diag_msg after the netlink header), for
-# both ways of counting: the bulk count (_bulk, _tally) and the record walk (_walk).
+# the one parser of a dump's chunk (_chunk): runs counted at once, a record by itself.
 _FAMILY = _NLMSG_HDR        # AF_INET or AF_INET6
 _STATE = _NLMSG_HDR + 1     # the TCP state
 _SPORT, _DPORT = _NLMSG_HDR + 4, _NLMSG_HDR + 6   # network byte order
@@ -108,10 +108,12 @@ class DiagCounter:
     records of one state have one size: a run of like records is recognised
     from its length, type and state fields (strided slices, compared whole)
     and its port fields counted with bytes.count, not a Python loop per
-    socket. A chunk that mixes states too finely is walked record by record.
+    socket. One parser (`_chunk`) reads the messages; a record outside a run,
+    or in a chunk that mixes states too finely, is counted by itself.
     """
 
-    MAX_RUNS = 24   # runs per chunk worth measuring; more, and walking it is cheaper
+    MAX_RUNS = 24   # runs per chunk worth measuring; more, and one by one is cheaper
+    MIN_RUN = 2     # like records in a row counted at once; a shorter run, one by one
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns    # count this namespace's sockets (None: the one it runs in)
@@ -206,35 +208,49 @@ class DiagCounter:
                 return
 
     def _chunk(self, n: int, kind: int, acc: dict) -> bool:
-        """Count one chunk of the answer; True when it ends the dump."""
-        return self._walk(self._bulk(n, kind, acc), n, kind, acc)
+        """Count one chunk of the answer; True when it ends the dump.
 
-    def _bulk(self, n: int, kind: int, acc: dict) -> int:
-        """Count the chunk's records without a loop per record; bytes counted (0: none).
-
-        The records come in runs of one length (one state): all TIME_WAIT,
-        or TIME_WAIT with an ESTABLISHED here and there. Each run is measured
-        at once (`_like`), the runs of each length gathered, and each kind
-        counted at once (`_tally`). Nothing is counted unless every record
-        sits where the previous one's length says, with the right type, and
-        every kind is in one state; otherwise, or past MAX_RUNS runs (walking
-        is then cheaper), the chunk is left to the walk.
+        One walk over its messages. The records come in runs of one length (one
+        state): all TIME_WAIT, or TIME_WAIT with an ESTABLISHED here and there. A
+        run is measured at once (`_like`) and, when long, set aside to be counted
+        at once with the chunk's other long runs (`_count_runs`); any other record
+        is counted by itself (`_count_one`). Past MAX_RUNS runs measured in a chunk
+        (the states then mix too finely for it to pay), the rest is counted record
+        by record.
         """
-        buf, off, runs, parts = self._buf, 0, 0, {}
+        buf, off, runs, probes = self._buf, 0, [], 0
         while off + _NLMSG_HDR <= n:
             ln, typ = struct.unpack_from("=IH", buf, off)
-            if typ != kind:
-                break   # NLMSG_DONE or an error: the walk's
-            runs += 1
-            if ln % 4 or ln < _NLMSG_HDR + _DIAG_MSG or off + ln > n or runs > self.MAX_RUNS:
-                return 0
-            k = (n - off) // ln
-            if k > 1 and struct.unpack_from("=I", buf, off + ln)[0] == ln:
-                run = self._like(buf, off, ln, k, kind)
-            else:
-                run = 1
+            if typ == NLMSG_DONE:
+                self._count_runs(runs, acc)
+                return True
+            if typ == NLMSG_ERROR:
+                err = struct.unpack_from("=i", buf, off + _NLMSG_HDR)[0]
+                if err:
+                    raise _KernelError(-err, f"inet_diag: {os.strerror(-err)}")
+            if ln < _NLMSG_HDR or off + ln > n:
+                raise OSError(f"malformed netlink message (len {ln} at {off} of {n})")
+            if typ == kind and ln >= _NLMSG_HDR + _DIAG_MSG:
+                if (probes < self.MAX_RUNS and not ln % 4 and off + 2 * ln <= n
+                        and struct.unpack_from("=I", buf, off + ln)[0] == ln):
+                    probes += 1
+                    run = self._like(buf, off, ln, (n - off) // ln, kind)
+                    if run >= self.MIN_RUN:
+                        runs.append((off, run, ln))
+                        off += run * ln
+                        continue
+                self._count_one(off, acc)
+            off += (ln + 3) & ~3
+        self._count_runs(runs, acc)
+        return False
+
+    def _count_runs(self, runs: list[tuple[int, int, int]], acc: dict) -> None:
+        """Count runs of like records [(where, how many, their length)] of the buffer:
+        gathered by length and each length at once (`_tally`), or, if a length mixes
+        states after all, record by record."""
+        buf, parts = self._buf, {}
+        for off, run, ln in runs:
             parts.setdefault(ln, []).append((off, run))
-            off += run * ln
         pieces = []   # (data, where the records start, how many, their length)
         for ln, spans in parts.items():
             if len(spans) == 1:
@@ -242,7 +258,10 @@ class DiagCounter:
             else:
                 data = b"".join(buf[at:at + run * ln] for at, run in spans)
                 pieces.append((data, 0, len(data) // ln, ln))
-        return off if pieces and self._tally(pieces, acc) else 0
+        if pieces and not self._tally(pieces, acc):
+            for off, run, ln in runs:
+                for k in range(run):
+                    self._count_one(off + k * ln, acc)
 
     @staticmethod
     def _like(data, start: int, ln: int, k: int, kind: int) -> int:
@@ -294,35 +313,23 @@ class DiagCounter:
                     counts[i] += rows.count(pattern)
         return True
 
-    def _walk(self, off: int, n: int, kind: int, acc: dict) -> bool:
-        """Count records from `off` one by one; True at NLMSG_DONE."""
+    def _count_one(self, off: int, acc: dict) -> None:
+        """Count the record at `off` (one of the dump's kind, of full length)."""
         buf = self._buf
-        while off + _NLMSG_HDR <= n:
-            ln, typ = struct.unpack_from("=IH", buf, off)
-            if typ == NLMSG_DONE:
-                return True
-            if typ == NLMSG_ERROR:
-                err = struct.unpack_from("=i", buf, off + _NLMSG_HDR)[0]
-                if err:
-                    raise _KernelError(-err, f"inet_diag: {os.strerror(-err)}")
-            if ln < _NLMSG_HDR or off + ln > n:
-                raise OSError(f"malformed netlink message (len {ln} at {off} of {n})")
-            if typ == kind and ln >= _NLMSG_HDR + _DIAG_MSG:
-                a = acc.get(buf[off + _STATE])
-                if a is not None:
-                    a[0] += 1
-                    sport, dport = struct.unpack_from("=HH", buf, off + _SPORT)
-                    peer = bytes(buf[off + _DST:off + _DST + 4])
-                    ipv4 = buf[off + _FAMILY] == socket.AF_INET
-                    for i, (key, want) in enumerate(self._keys):
-                        if want is not None and (peer != want or not ipv4):
-                            continue
-                        if sport == key:
-                            a[1][i] += 1
-                        if dport == key:
-                            a[2][i] += 1
-            off += (ln + 3) & ~3
-        return False
+        a = acc.get(buf[off + _STATE])
+        if a is None:
+            return
+        a[0] += 1
+        sport, dport = struct.unpack_from("=HH", buf, off + _SPORT)
+        peer = bytes(buf[off + _DST:off + _DST + 4])
+        ipv4 = buf[off + _FAMILY] == socket.AF_INET
+        for i, (key, want) in enumerate(self._keys):
+            if want is not None and (peer != want or not ipv4):
+                continue
+            if sport == key:
+                a[1][i] += 1
+            if dport == key:
+                a[2][i] += 1
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
