@@ -174,11 +174,10 @@ def cmd_exec(args) -> int:
     # a bare `locust` (pyproject.toml names benchmarks/chat.py) runs the stage's users,
     # logged in as its seeded accounts
     env = procs.child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
-                    LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
+                          LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
     if state.get("sockets_csv"):  # and a headless run prints the Sockets tab's numbers
-        env.update(LOCUST_LOCUSTFILE=locust_cli.locustfiles(state["user_classes"],
-                                                               sockets_tab=True),
-                   LOCUST_SOCKETS_CSV=state["sockets_csv"])
+        files = locust_cli.locustfiles(state["user_classes"], sockets_tab=True)
+        env.update(LOCUST_LOCUSTFILE=files, LOCUST_SOCKETS_CSV=state["sockets_csv"])
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode
     except FileNotFoundError as e:
