@@ -10,7 +10,7 @@ time, like siege's benchmark mode: the number of users is siege's `-c`.
 `python -m benchmarks.lab book` runs it against stages 0, 1, 2, 3 and 5 with the
 server on one core and prints ours beside the book's figures. With no think
 time Locust itself can become the bottleneck: watch its CPU (the lab reports
-it) and cross-check with wrk: `python -m benchmarks.crosscheck` runs both, turn
+it) and cross-check with wrk: `python -m benchmarks.studies.crosscheck` runs both, turn
 about, on the same stage, wrk sending this user's request headers included.
 """
 

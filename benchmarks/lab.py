@@ -8,12 +8,12 @@
     python -m benchmarks.lab list              # the stages (benchmarks/stages.py)
     python -m benchmarks.lab clean             # what a killed lab left behind
 
-`run` takes each stage of benchmarks/stages.py through benchmarks/runner.py:
+`run` takes each stage of benchmarks/stages.py through benchmarks/run/runner.py:
 sandbox up, Redis, app server and Nginx up, seed users, verify the endpoints,
 warm up, measure with Locust while the sampler records sockets and CPU,
 snapshot `ss`/`netstat`, evaluate the stage's checks, tear down. Results go to
 results/<timestamp>/ (results/latest points at the newest run; the layout is
-benchmarks/results.py's).
+benchmarks/run/results.py's).
 """
 
 from __future__ import annotations
@@ -28,22 +28,14 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from benchmarks import (
-    book,
-    cli,
-    hosts,
-    lab_ui,
-    metrics,
-    options,
-    report,
-    results,
-    runner,
-    sandbox,
-    stages,
-)
-from benchmarks.cli import say
-from benchmarks.runner import child_env
+from benchmarks import stages
+from benchmarks.analysis import metrics, report
+from benchmarks.run import cli, locust_cli, options, results, runner
+from benchmarks.run.cli import say
+from benchmarks.sandbox import hosts, procs, sandbox
+from benchmarks.sockets_tab import stage_shot, web_ui
 from benchmarks.stages import ROOT
+from benchmarks.studies import book
 
 
 def cmd_run(args) -> int:
@@ -70,7 +62,7 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
     if opts.placement.overlap:
         say(f"note: the server and the client share CPU {opts.placement.as_dict()['overlap']}: "
             "the numbers then depend on how much CPU Locust takes")
-    done, failed = runner.run_stages(opts, run_dir)
+    done, failed = runner.run_stages(opts, run_dir, screenshot=stage_shot.screenshot)
     if done:
         report.write(run_dir)
         say("")
@@ -130,9 +122,9 @@ def cmd_up(args) -> int:
                               client_cpus=args.client_cpus)
     state = results.up_state(opts.results)
     runner.refuse_if_up(opts.results)
-    listener = lab_ui.claim_port(args.ui_port)  # before anything starts
+    listener = web_ui.claim_port(args.ui_port)  # before anything starts
     with runner.running_stage(stage, opts) as (box, stack, users_file), \
-            lab_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
+            web_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
         results.write_json(state, {
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
             "ui_url": ui_url, "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
@@ -181,11 +173,11 @@ def cmd_exec(args) -> int:
     prefix = state["hosts"][args.host]["prefix"]
     # a bare `locust` (pyproject.toml names benchmarks/chat.py) runs the stage's users,
     # logged in as its seeded accounts
-    env = child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
-                    LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
+    env = procs.child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
+                          LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
     if state.get("sockets_csv"):  # and a headless run prints the Sockets tab's numbers
-        env.update(LOCUST_LOCUSTFILE=f"{runner.LOCUSTFILE},{lab_ui.PLUGIN}",
-                   LOCUST_SOCKETS_CSV=state["sockets_csv"])
+        files = locust_cli.locustfiles(state["user_classes"], sockets_tab=True)
+        env.update(LOCUST_LOCUSTFILE=files, LOCUST_SOCKETS_CSV=state["sockets_csv"])
     try:
         return subprocess.run([*prefix, *command], env=env, cwd=ROOT).returncode
     except FileNotFoundError as e:
@@ -265,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C")
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
-    up.add_argument("--ui-port", type=int, default=lab_ui.UI_PORT,
+    up.add_argument("--ui-port", type=int, default=web_ui.UI_PORT,
                     help="the machine's 127.0.0.1 port for Locust's web UI (default 8089)")
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)

@@ -7,7 +7,7 @@ app reaches Redis, what (if anything) stands in front, which sysctl profiles
 its connecting hosts get, which Locust users load it, and what the attendee
 should see, as checks with thresholds.
 
-Metrics the checks name are computed by `benchmarks/metrics.py`; the
+Metrics the checks name are computed by `benchmarks/analysis/metrics.py`; the
 `*_per_request` ones are TIME_WAIT sockets made while the load ran, per
 request of the last minute (TIME_WAIT lasts 60 s), so ~1 means "one
 connection opened and closed per request" and ~0 means "connections are
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The topology: a host per role, each a network namespace with one address in
 # 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside for benchmarks,
-# so nothing routes it to a real network). benchmarks/hosts.py makes them.
+# so nothing routes it to a real network). benchmarks/sandbox/hosts.py makes them.
 @dataclass(frozen=True)
 class Host:
     role: str
@@ -58,6 +58,10 @@ GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "1
                      "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
                    "-b", "{app_host}:{app_port}", "app.wsgi:app")
+
+# The locustfiles, as Locust is given them (by path, from the repository root).
+LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
+KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
 
 HTTP_USERS = ("ChatUser",)
 # Socket.IO needs an async worker (a sync worker would be held by each socket).
@@ -220,6 +224,11 @@ STAGES: tuple[Stage, ...] = (
 
 BY_KEY = {s.key: s for s in STAGES}
 BY_SLUG = {s.slug: s for s in STAGES}
+
+
+def locustfile(user_classes) -> str:
+    """The locustfile that holds these user classes."""
+    return KV_LOCUSTFILE if "KeyValueUser" in user_classes else LOCUSTFILE
 
 
 def get(name: str) -> Stage:

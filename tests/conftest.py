@@ -1,6 +1,6 @@
 """Shared fixtures for the chat service's tests: a real Redis, the app, users.
 
-No mocks: a real redis-server (started with benchmarks/procs.py) backs every
+No mocks: a real redis-server (started with benchmarks/sandbox/procs.py) backs every
 test, and the database is flushed before each test that uses the app.
 """
 
@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from app import create_app, redis_store
-from benchmarks import hosts, procs
+from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import ROOT
 
 SECRET = "test-secret-key-not-for-production"
@@ -202,12 +202,16 @@ def assert_error():
     return _assert_error
 
 
-def run_module(module: str, *args: str, timeout: float) -> tuple[int, str]:
+def run_module(module: str, *args: str, timeout: float,
+               pids: list[int] | None = None) -> tuple[int, str]:
     """Run `python -m module args` from the repo root, as a user would; (exit code, output).
 
-    Killed (and the test fails on its exit code) if it outlives `timeout`."""
+    Killed (and the test fails on its exit code) if it outlives `timeout`. `pids`, if
+    given, receives the process's pid (the owner in its namespaces' names)."""
     proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if pids is not None:
+        pids.append(proc.pid)
     try:
         output = proc.communicate(timeout=timeout)[0]
     except subprocess.TimeoutExpired:
@@ -276,11 +280,11 @@ def gunicorn(redis_url: str, workdir, worker_args: list[str]):
 def need_browser() -> None:
     """Headless Chromium or, without one, a skip with the install command; a failure in
     CI (`make test` installs it), so a browser test never passes there by being skipped."""
-    from benchmarks import ui_browser
+    from benchmarks.sockets_tab import headless
 
     try:
-        ui_browser.find_browser()
-    except ui_browser.BrowserMissing as e:
+        headless.find_browser()
+    except headless.BrowserMissing as e:
         if os.environ.get("CI"):
             pytest.fail(f"CI needs the browser test's browser: {e}", pytrace=False)
         pytest.skip(str(e))

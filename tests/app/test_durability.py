@@ -3,7 +3,7 @@
 A client posts as fast as it can (each message with its own Idempotency-Key,
 retried with the same key until acknowledged) while a member listens on
 Socket.IO. Redis is killed (SIGKILL) and restarted on the same port and
-folder, as `benchmarks/procs.py` starts it for the lab. Then:
+folder, as `benchmarks/sandbox/procs.py` starts it for the lab. Then:
 
 - acknowledged-but-lost must be 0 (the append-only file is written before
   Redis answers), and no message may be stored twice;
@@ -28,7 +28,7 @@ import requests
 import socketio
 from conftest import RedisProcess, gunicorn
 
-from benchmarks import procs
+from benchmarks.sandbox import procs
 
 TIMEOUT = 5
 WORKERS = {"eventlet": ["-w", "2", "-k", "eventlet", "--keep-alive", "10"],

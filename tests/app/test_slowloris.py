@@ -24,7 +24,7 @@ import pytest
 import requests
 from conftest import gunicorn_process
 
-from benchmarks import nginx_conf, procs
+from benchmarks.sandbox import nginx_conf, procs
 
 CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
 SECONDS = 14  # past the 10 s keep-alive, so the server's cut shows

@@ -19,7 +19,7 @@ import pytest
 import requests
 import socketio
 
-from benchmarks import procs
+from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
 TIMEOUT = 10  # seconds, for every network wait in this file

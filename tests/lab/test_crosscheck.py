@@ -1,8 +1,8 @@
-"""benchmarks/crosscheck.py: wrk sends Locust's request, and a real cross-check runs.
+"""benchmarks/studies/crosscheck.py: wrk sends Locust's request, and a real cross-check runs.
 
 The request test captures, on a loopback port, what a real Locust KeyValueUser
 and a real wrk with the cross-check's script send, and compares the header
-lines. The stage test runs `python -m benchmarks.crosscheck` for a few seconds
+lines. The stage test runs `python -m benchmarks.studies.crosscheck` for a few seconds
 on stage 3 in network namespaces (root only).
 """
 
@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import run_module
 
-from benchmarks import crosscheck, hosts, procs, results, runner, stages
+from benchmarks import stages
+from benchmarks.run import results, runner
+from benchmarks.sandbox import hosts, procs
+from benchmarks.studies import crosscheck
 
 ROOT = stages.ROOT
 VENV_BIN = Path(sys.executable).parent
@@ -68,7 +71,7 @@ def test_wrk_sends_the_request_locust_sends(tmp_path):
         subprocess.run([str(VENV_BIN / "locust"), "-f", "benchmarks/kv.py", "--headless",
                         "-u", "1", "-r", "1", "-t", "2s", "--host", url, "--only-summary",
                         "KeyValueUser"], cwd=ROOT, capture_output=True, timeout=60,
-                       env=runner.child_env())
+                       env=procs.child_env())
 
     def wrk(url):
         subprocess.run(["wrk", "-t1", "-c1", "-d1s", "-s", str(script), f"{url}/kv/bench"],
@@ -99,7 +102,7 @@ def test_parse_wrk_reads_rate_median_and_timeouts():
     (["--duration", "0"], "at least 1"),
 ], ids=["unknown-stage", "zero-duration"])
 def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
-    code, out = run_module("benchmarks.crosscheck", *args, "--results", str(tmp_path),
+    code, out = run_module("benchmarks.studies.crosscheck", *args, "--results", str(tmp_path),
                            timeout=60)
     assert code == 2, out
     assert says in out
@@ -109,7 +112,7 @@ def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
 @pytest.mark.netns
 @pytest.mark.slow
 def test_a_short_crosscheck_on_stage_3(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.crosscheck", "--stages", "3",
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.studies.crosscheck", "--stages", "3",
                              "--duration", "3", "--rounds", "1", "--pause", "0.5",
                              "--results", str(tmp_path)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -133,7 +136,7 @@ def test_refused_while_a_stage_is_up_in_the_same_results_folder(tmp_path):
     """Its stage would empty the folder `lab up` serves from; the state file names a live
     pid (this test's), as a running `lab up` writes it."""
     results.write_json(results.up_state(tmp_path), {"stage": "0", "pid": os.getpid()})
-    code, out = run_module("benchmarks.crosscheck", "--stages", "3", "--results",
+    code, out = run_module("benchmarks.studies.crosscheck", "--stages", "3", "--results",
                            str(tmp_path), timeout=60)
     assert code == 2, out
     assert "stage 0 is already up" in out

@@ -78,16 +78,16 @@ class Rule(NamedTuple):
 RULES = [
     # the lab and its tools
     Rule(r"python -m benchmarks\.lab list$", RUN, "prints the stage registry; starts nothing"),
-    Rule(r"python -m benchmarks\.\w+ (-h|--help)$", RUN, "prints help; starts nothing"),
+    Rule(r"python -m benchmarks(\.\w+)+ (-h|--help)$", RUN, "prints help; starts nothing"),
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
-    Rule(r"python -m benchmarks\.(fd_limit|sweep|crosscheck)\b", PARSE,
+    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck)\b", PARSE,
          "minutes of load on root network namespaces"),
-    Rule(r"python -m benchmarks\.report ", PARSE,
+    Rule(r"python -m benchmarks\.analysis\.report ", PARSE,
          "reads a lab run's folder (results/ is not in git) and rewrites its report.md"),
     Rule(r"python - .*<<", PARSE, "a script over the CSVs of a run made before"),
-    Rule(r"python -c \"from pathlib import Path; from benchmarks import nginx_conf; ", RUN,
+    Rule(r"python -c \"from pathlib import Path; from benchmarks.sandbox import nginx_conf; ", RUN,
          "renders a stage's Nginx config into a folder under /tmp"),
     Rule(r"make ", PARSE, "setup installs packages; test, lab and book run for minutes"),
     # servers and load
@@ -196,7 +196,7 @@ def split_command(text: str) -> list[str]:
     return argv
 
 
-MODULE_CALL = re.compile(r"python -m benchmarks\.(\w+)\b")
+MODULE_CALL = re.compile(r"python -m benchmarks\.(\w+(?:\.\w+)*)\b")
 
 
 def module_commands() -> list[tuple[str, str, list[str]]]:
@@ -281,7 +281,7 @@ def test_lab_shows_the_server_command_of_the_registry(stage):
 def test_lab_names_its_nginx_config(stage):
     text = lab_path(stage).read_text()
     assert f"nginx/{stage.front}" in text
-    # where `lab up` renders it (benchmarks/runner.py running_stage + nginx_conf.render)
+    # where `lab up` renders it (benchmarks/run/runner.py running_stage + nginx_conf.render)
     assert f"results/up/{stage.dirname}/nginx/nginx.conf" in text
 
 
@@ -513,9 +513,15 @@ def parsed(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 def module_problem(name: str, argv: list[str]) -> str:
-    """`python -m benchmarks.NAME ARGV` against that module's own build_parser()."""
-    if importlib.util.find_spec(f"benchmarks.{name}") is None:
-        return f"there is no benchmarks/{name}.py"
+    """`python -m benchmarks.NAME ARGV` (NAME may be dotted: `studies.sweep`) against
+    that module's own build_parser()."""
+    path = f"benchmarks/{name.replace('.', '/')}.py"
+    try:
+        spec = importlib.util.find_spec(f"benchmarks.{name}")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None:
+        return f"there is no {path}"
     if argv in (["--help"], ["-h"]):
         # run, not imported: a locustfile (benchmarks.chat) would gevent-patch this process
         done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv], cwd=ROOT,
@@ -523,7 +529,7 @@ def module_problem(name: str, argv: list[str]) -> str:
         return "" if done.returncode == 0 and done.stdout else done.stderr[-500:] or "no help"
     module = importlib.import_module(f"benchmarks.{name}")
     if not hasattr(module, "build_parser"):
-        return f"benchmarks/{name}.py has no build_parser() to check its arguments with"
+        return f"{path} has no build_parser() to check its arguments with"
     args = parsed(module.build_parser(), argv)
     if isinstance(args, str):
         return args
@@ -795,7 +801,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
         "python -m benchmarks.lab exec -- locust -f benchmarks/chat.py -t soon ChatUser",
         "locust -f benchmarks/kv.py --headless -u 5 ChatUser",           # 7
         "wrk -t2 -c10 -z 5 http://198.18.0.30:8000/kv/1",                # 8
-        "python -m benchmarks.sweep --workers 0",                        # 9
+        "python -m benchmarks.studies.sweep --workers 0",                # 9
         "wrk -t2 -c100 -d30s --latency http://198.18.0.30:8000/kv/1",    # 10: fine
         "python -m benchmarks.lab exec -- locust --headless -u 20 -r 20 -t 10s",  # 11: fine
         "```",
@@ -826,3 +832,22 @@ def test_docs_name_every_package_make_setup_installs():
         text = path.read_text()
         missing = [p for p in packages if f"`{p}`" not in text]
         assert not missing, f"{rel(path)} does not name {missing}"
+
+
+def test_readme_layout_names_every_module_of_benchmarks():
+    """README's layout table: a row per folder of benchmarks/, naming each of its
+    modules and sub-folders, so a newcomer finds every file from the README."""
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout"):]
+    rows = dict(re.findall(r"^\| `(benchmarks/[\w/]*)` \| (.*) \|$", layout, re.M))
+    folders = [ROOT / "benchmarks", *sorted(
+        p for p in (ROOT / "benchmarks").iterdir()
+        if p.is_dir() and (p / "__init__.py").exists())]
+    for folder in folders:
+        row = rows.get(rel(folder) + "/")
+        assert row is not None, f"README's layout has no row for {rel(folder)}/"
+        names = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
+        names += [p.name + "/" for p in folder.iterdir()
+                  if p.is_dir() and p.name != "__pycache__" and folder.name != "benchmarks"]
+        missing = sorted(n for n in names if f"`{n}`" not in row)
+        assert not missing, f"README's layout row for {rel(folder)}/ does not name {missing}"

@@ -15,7 +15,9 @@ import psutil
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import fd_limit, hosts, stages
+from benchmarks import stages
+from benchmarks.sandbox import hosts
+from benchmarks.studies import fd_limit
 
 ROOT = stages.ROOT
 pytestmark = pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) missing")
@@ -34,11 +36,12 @@ def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
 @pytest.mark.slow
 def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
-    namespaces_before = set(hosts.list_lab_namespaces())
+    started: list[int] = []
     code, output = run_module(
-        "benchmarks.fd_limit", "--nofile", "256,4096", "--connections", "400", "--hold", "2",
-        "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
-        timeout=55)
+        "benchmarks.studies.fd_limit", "--nofile", "256,4096", "--connections", "400",
+        "--hold", "2", "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
+        timeout=55, pids=started)
+    (pid,) = started
     assert code == 0, output[-3000:]
     low, high = json.loads(out.read_text())
 
@@ -55,10 +58,9 @@ def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     assert "probe: 400 connected" in output and "holding them for 2 s" in output  # as it holds
     header = next(ln for ln in output.splitlines() if ln.split()[:2] == ["nofile", "tried"])
     assert header.split()[2:4] == ["ok", "failed"] and "EMFILE" in header
-    # nothing left: no namespace of this run (another lab may run beside it: only new
-    # namespaces of an fd_limit round count), no worker, no Redis or probe
-    new = set(hosts.list_lab_namespaces()) - namespaces_before
-    assert not [n for n in new if "-fd256-" in n or "-fd4096-" in n], new
+    # nothing left: no namespace this run made (named with its pid: another lab may
+    # run beside it), no worker, no Redis or probe
+    assert hosts.owned_namespaces(pid) == []
     for r in (low, high):
         assert not psutil.pid_exists(r["worker_pid"]) or \
             psutil.Process(r["worker_pid"]).status() == psutil.STATUS_ZOMBIE

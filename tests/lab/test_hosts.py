@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import hosts, procs, sandbox, stages
+from benchmarks import stages
+from benchmarks.sandbox import hosts, procs, sandbox
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PORT = 7100
@@ -332,7 +333,7 @@ def test_a_failure_while_making_it_removes_what_was_made():
 # then sleeps until a signal comes. Bounded: it exits after 60 s by itself.
 HOLDER = r"""
 import json, subprocess, sys, time
-from benchmarks import hosts, sandbox
+from benchmarks.sandbox import hosts, sandbox
 tag, ready, stubborn = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 with hosts.Network(tag, ["client", "app"]) as net:
     app_cmd = (["python3", "-c", "import signal, time; "

@@ -18,7 +18,11 @@ import time
 import pytest
 from conftest import ctrl_c, need_browser, read_until
 
-from benchmarks import hosts, metrics, nginx_conf, procs, runner, stage_shot, stages, ui_browser
+from benchmarks import stages
+from benchmarks.analysis import metrics
+from benchmarks.run import runner
+from benchmarks.sandbox import hosts, nginx_conf, procs
+from benchmarks.sockets_tab import headless, stage_shot
 
 ROOT = stages.ROOT
 
@@ -124,7 +128,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
 @pytest.mark.netns
 @pytest.mark.slow
 def test_every_stage_has_its_sockets_tab_screenshot(full_run):
-    """`lab run` saves the Sockets tab of each stage (benchmarks/stage_shot.py), and in
+    """`lab run` saves the Sockets tab of each stage (benchmarks/sockets_tab/stage_shot.py), and in
     stage 0 the tab shows the TIME_WAIT toward Redis the stage left."""
     need_browser()
     run_dir = full_run["run_dir"]
@@ -137,13 +141,13 @@ def test_every_stage_has_its_sockets_tab_screenshot(full_run):
     expected = json.loads((stage0 / "metrics.json").read_text())["tw_redis_peak"]
     port = procs.free_port()
     viewer = procs.start(stage_shot.viewer_command(stages.get("0"), stage0, port),
-                         env=runner.child_env(), cwd=ROOT)
+                         env=procs.child_env(), cwd=ROOT)
     try:
         procs.wait_for_port(port, proc=viewer, timeout=60)
-        with ui_browser.chromium() as driver:
+        with headless.chromium() as driver:
             driver.get(f"http://127.0.0.1:{port}")
-            ui_browser.open_sockets_tab(driver)
-            shown = ui_browser.redis_time_wait(driver)
+            headless.open_sockets_tab(driver)
+            shown = headless.redis_time_wait(driver)
     finally:
         procs.stop(viewer)
     assert 0 < shown <= expected  # the last sample's, at most the stage's peak
@@ -350,7 +354,7 @@ def test_clean_restores_sysctls_a_killed_host_mode_run_changed(tmp_path):
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from benchmarks import hosts, sandbox\n"
+        "from benchmarks.sandbox import hosts, sandbox\n"
         "sandbox.HOST_SYSCTL_STATE = Path(sys.argv[1])\n"
         "key = 'net.ipv4.tcp_tw_reuse'\n"
         "before = hosts.read_sysctls([key])[key]\n"

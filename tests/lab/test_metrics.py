@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import metrics, results, stages
+from benchmarks import stages
+from benchmarks.analysis import metrics
+from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
 MEASURED = list(results.measured_stages(REFERENCE))

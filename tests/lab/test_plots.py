@@ -12,7 +12,9 @@ import shutil
 import pandas as pd
 from matplotlib.text import Text
 
-from benchmarks import plots, results, stages
+from benchmarks import stages
+from benchmarks.analysis import frames, plots
+from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
 KEYS = {s.key for s in stages.STAGES}
@@ -61,7 +63,7 @@ def test_a_bar_the_axis_cuts_is_marked_with_its_height(tmp_path):
     fig = plots.throughput_latency(run)
     top = fig.axes[0]
     marks = [t.get_text() for t in top.texts if t.get_text().startswith("▲ cut")]
-    m = plots.metrics_frame(run)
+    m = frames.metrics_frame(run)
     cut = m[m["ok_rps"] + m["fail_rps"] > top.get_ylim()[1]]
     assert len(cut) >= 2 and len(marks) == len(cut), marks  # stages 4 and 4g
     assert f"{cut['ok_rps'].iloc[0] + cut['fail_rps'].iloc[0]:,.0f}/s in all" in marks[0]

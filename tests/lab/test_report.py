@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import metrics, plots, reference, report, results, stages
-from benchmarks.metrics import SUMMARY_COLUMNS
+from benchmarks import stages
+from benchmarks.analysis import metrics, plots, reference, report
+from benchmarks.analysis.metrics import SUMMARY_COLUMNS
+from benchmarks.run import results
 
 ROOT = stages.ROOT
 REFERENCE = ROOT / "notebooks" / "reference-run"

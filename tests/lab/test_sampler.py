@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import procs, sampler
+from benchmarks.capture import csvfile, kernel, loop, sampler, snapshot, tables
+from benchmarks.sandbox import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 7000          # inside the namespace, which is empty: any port is free
@@ -145,7 +146,7 @@ def sampled(scene):
     """One 2 s run of the CLI at 0.5 s in the namespace: (csv path, header, rows)."""
     ns, helper, work, _ = scene
     out = work / "sampled.csv"
-    cmd = sampler.command(out, {"front": PORT, "other": PORT + 1, "bulk": PORT + 2,
+    cmd = loop.command(out, {"front": PORT, "other": PORT + 1, "bulk": PORT + 2,
                                 "six": PORT + 3}, {"helper": helper.pid},
                           interval=0.5, duration=2.0, netns=ns)
     proc = procs.start(cmd, log=work / "sampled.log", cwd=ROOT)
@@ -204,7 +205,7 @@ def test_rows_are_timed_and_cpu_rss_numeric(sampled):
 @pytest.mark.netns
 def test_peaks_of_the_run(sampled):
     path, header, _ = sampled
-    top = sampler.peaks(path)
+    top = csvfile.peaks(path)
     assert list(top) == header
     assert top["tw_front_client"] == CLIENT_FIRST and top["tw_front_server"] == SERVER_FIRST
     assert top["estab_front"] == HELD and top["tw_other"] == 0
@@ -217,14 +218,14 @@ def test_peaks_skips_empty_cells_and_a_torn_row(tmp_path):
                     "1.5,3,12.5,\n"
                     "2.5,7,4.0,\n"
                     "3.5,99")   # killed while writing
-    assert sampler.peaks(path) == {"ts": 2.5, "tw_front": 7, "cpu_app": 12.5, "cpu_gone": None}
+    assert csvfile.peaks(path) == {"ts": 2.5, "tw_front": 7, "cpu_app": 12.5, "cpu_gone": None}
 
 
 @pytest.mark.netns
 def test_netlink_and_ss_backends_agree(scene):
     """One dump for both states, one per state, one per family, and `ss`: the same counts."""
     ns, _, _, v6 = scene
-    code = ("import json\nfrom benchmarks import sampler as s\n"
+    code = ("import json\nfrom benchmarks.capture import kernel as s\n"
             f"ports = [{PORT}, {PORT + 1}, {PORT + 2}, {PORT + 3}]\n"
             "d = s.DiagCounter()\n"
             "both = d.count(ports)\n"
@@ -238,8 +239,8 @@ def test_netlink_and_ss_backends_agree(scene):
     if os.path.exists("/proc/net/if_inet6"):   # the kernel has IPv6: the helper used it
         assert v6 == V6
     both, each, by_family, ss = json.loads(in_netns(ns, sys.executable, "-c", code))
-    expected = {str(sampler.TCP_ESTABLISHED): [2 * HELD, [HELD, 0, 0, 0], [HELD, 0, 0, 0]],
-                str(sampler.TCP_TIME_WAIT): [tw_all(v6), [SERVER_FIRST, 0, 0, 0],
+    expected = {str(kernel.TCP_ESTABLISHED): [2 * HELD, [HELD, 0, 0, 0], [HELD, 0, 0, 0]],
+                str(kernel.TCP_TIME_WAIT): [tw_all(v6), [SERVER_FIRST, 0, 0, 0],
                                              [CLIENT_FIRST, 0, BULK, v6]]}
     assert both == each == by_family == ss == expected
 
@@ -249,7 +250,7 @@ def test_netlink_and_ss_backends_agree(scene):
 def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
     ns, helper, work, v6 = scene
     out = work / f"until-{sig.name}.csv"
-    proc = procs.start(sampler.command(out, {"front": PORT}, {"helper": helper.pid},
+    proc = procs.start(loop.command(out, {"front": PORT}, {"helper": helper.pid},
                                        interval=0.3, netns=ns),
                        log=work / f"until-{sig.name}.log", cwd=ROOT)
     try:
@@ -273,9 +274,9 @@ def test_signal_stops_cleanly_with_rows_flushed(scene, sig):
 @pytest.mark.netns
 def test_snapshot_cli_and_api(scene, tmp_path):
     ns, _, _, v6 = scene
-    listed = in_netns(ns, sys.executable, "-m", "benchmarks.sampler", "--snapshot",
+    listed = in_netns(ns, sys.executable, "-m", "benchmarks.capture.sampler", "--snapshot",
                       str(tmp_path / "cli"))
-    api = sampler.snapshot(tmp_path / "api", netns=ns)
+    api = snapshot.snapshot(tmp_path / "api", netns=ns)
     assert sorted(api) == sorted(["ss-tanp.txt", "ss-s.txt", "netstat-tan.txt", "sockstat.txt"])
     for d in ("cli", "api"):
         files = {p.name: p.read_text() for p in (tmp_path / d).iterdir()}
@@ -312,7 +313,7 @@ def test_cpu_of_a_tree_counts_reaped_children_once(tmp_path):
                          log=tmp_path / "parent.log")
     stop = threading.Event()
     try:
-        s = sampler.Sampler({}, {"parent": parent.pid}, out, interval=0.25)
+        s = loop.Sampler({}, {"parent": parent.pid}, out, interval=0.25)
         thread = threading.Thread(target=s.run, kwargs={"stop_event": stop}, daemon=True)
         thread.start()
         deadline = time.monotonic() + 10
@@ -343,24 +344,24 @@ def test_cpu_of_a_tree_counts_reaped_children_once(tmp_path):
 
 
 def test_parse_and_columns():
-    assert sampler.parse_classes(["redis=6379", "front=8000"]) == {"redis": 6379, "front": 8000}
-    assert sampler.parse_procs(["app=12", "locust=30", "locust=31"]) == {
+    assert tables.parse_classes(["redis=6379", "front=8000"]) == {"redis": 6379, "front": 8000}
+    assert tables.parse_procs(["app=12", "locust=30", "locust=31"]) == {
         "app": [12], "locust": [30, 31]}
     for bad in (["front"], ["front=http"], ["front=0"], ["front=65536"], ["9x=1"],
                 ["a=1", "a=2"], ["total=1"]):
         with pytest.raises(ValueError):
-            sampler.parse_classes(bad)
+            tables.parse_classes(bad)
     for bad in (["app=0"], ["sampler=1"], ["app"]):
         with pytest.raises(ValueError):
-            sampler.parse_procs(bad)
-    assert sampler.columns({"redis": 1}, ["app"]) == [
+            tables.parse_procs(bad)
+    assert tables.columns({"redis": 1}, ["app"]) == [
         "ts", "elapsed_s", "tw_total", "estab_total", "tw_redis", "tw_redis_client",
         "tw_redis_server", "estab_redis", "cpu_app", "rss_mb_app", "cpu_sampler",
         "rss_mb_sampler"]
     with pytest.raises(ValueError):
-        sampler.columns({"x": 1, "x_client": 2}, [])   # tw_x_client twice
+        tables.columns({"x": 1, "x_client": 2}, [])   # tw_x_client twice
     with pytest.raises(ValueError):
-        sampler.Sampler({}, {"sampler": 1}, os.devnull)
+        loop.Sampler({}, {"sampler": 1}, os.devnull)
 
 
 def test_cli_rejects_bad_arguments(capsys):
@@ -376,17 +377,17 @@ def test_a_component_not_running_leaves_its_cells_empty(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     out = tmp_path / "gone.csv"
-    rows = sampler.Sampler({}, {"gone": gone.pid}, out, interval=0.1).run(duration=0.35)
+    rows = loop.Sampler({}, {"gone": gone.pid}, out, interval=0.1).run(duration=0.35)
     header, data = read_csv(out)
     assert rows == len(data) >= 3
     assert all(r["cpu_gone"] == "" and r["rss_mb_gone"] == "" for r in data)
     assert all(float(r["rss_mb_sampler"]) > 0 for r in data)
-    assert sampler.peaks(out)["cpu_gone"] is None
+    assert csvfile.peaks(out)["cpu_gone"] is None
 
 
 # --- hosts: a socket table per host ----------------------------------------------------
 #
-# Four hosts (benchmarks/hosts.py). Known connections in each class, counted
+# Four hosts (benchmarks/sandbox/hosts.py). Known connections in each class, counted
 # where each end really is, plus traffic that must land in no class: a probe
 # over the app host's own loopback to its port 8000, and the proxy host
 # connecting to the app's port 8000 (not the `front` pair).
@@ -448,7 +449,7 @@ HOST_CLASSES = {"front": ("client", "app", 8000), "redis": ("app", "redis", 6379
 @pytest.fixture(scope="module")
 def host_scene(tmp_path_factory):
     """The four hosts with FLOWS in place: (network, work dir)."""
-    from benchmarks import hosts
+    from benchmarks.sandbox import hosts
     work = tmp_path_factory.mktemp("hosts")
     started = []
     try:
@@ -491,7 +492,7 @@ EXPECTED_ESTAB = {"client": 4, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "redis": 3}
 def test_hosts_each_table_by_host_pair(host_scene):
     net, work = host_scene
     out = work / "hosts.csv"
-    cmd = sampler.command(out, HOST_CLASSES, {}, interval=0.5, duration=2.0,
+    cmd = loop.command(out, HOST_CLASSES, {}, interval=0.5, duration=2.0,
                           hosts=net.names())
     assert "--host" in cmd and "front=client,app:8000" in cmd
     proc = procs.start(cmd, log=work / "hosts.log", cwd=ROOT)
@@ -539,36 +540,36 @@ def test_hosts_backends_agree_with_peers(host_scene):
     net, _ = host_scene
     ports = [8000, 8000, 8000, 6379]
     peers = [net.address("client"), net.address("proxy"), "127.0.0.1", net.address("redis")]
-    legacy = sampler.DiagCounter(net.namespace("app"))
-    by_family = sampler.DiagCounter(net.namespace("app"))
+    legacy = kernel.DiagCounter(net.namespace("app"))
+    by_family = kernel.DiagCounter(net.namespace("app"))
     by_family._legacy = False
     try:
         answers = [c.count(ports, peers=peers) for c in (
-            legacy, by_family, sampler.SsCounter(net.namespace("app")))]
+            legacy, by_family, kernel.SsCounter(net.namespace("app")))]
     finally:
         legacy.close()
         by_family.close()
-    expected = {sampler.TCP_ESTABLISHED: (EXPECTED_ESTAB["app"], [4, 1, 2, 0], [0, 0, 2, 3]),
-                sampler.TCP_TIME_WAIT: (EXPECTED_TW["app"], [20, 6, 0, 0], [0, 0, 9, 12])}
+    expected = {kernel.TCP_ESTABLISHED: (EXPECTED_ESTAB["app"], [4, 1, 2, 0], [0, 0, 2, 3]),
+                kernel.TCP_TIME_WAIT: (EXPECTED_TW["app"], [20, 6, 0, 0], [0, 0, 9, 12])}
     for answer in answers:
         assert {st: (n, list(lo), list(re)) for st, (n, lo, re) in answer.items()} == {
             st: (n, lo, re) for st, (n, lo, re) in expected.items()}
     # and this thread is back in its own namespace, where no socket has a 198.18 peer
-    root = sampler.DiagCounter()
+    root = kernel.DiagCounter()
     try:
         assert root.count([8000], peers=[net.address("client")])[
-            sampler.TCP_TIME_WAIT][1:] == ([0], [0])
+            kernel.TCP_TIME_WAIT][1:] == ([0], [0])
     finally:
         root.close()
-    assert sampler.host_addresses(net.namespace("app")) == [net.address("app")]
+    assert kernel.host_addresses(net.namespace("app")) == [net.address("app")]
 
 
 @pytest.mark.netns
 def test_hosts_sampler_stops_when_its_namespaces_go(tmp_path):
-    from benchmarks import hosts
+    from benchmarks.sandbox import hosts
     with hosts.Network("gone", ["client", "app"]) as net:
         out = tmp_path / "gone.csv"
-        proc = procs.start(sampler.command(out, {"front": ("client", "app", 8000)}, {},
+        proc = procs.start(loop.command(out, {"front": ("client", "app", 8000)}, {},
                                            interval=0.2, hosts=net.names()),
                            log=tmp_path / "gone.log", cwd=ROOT)
         try:
@@ -590,26 +591,26 @@ def test_hosts_sampler_stops_when_its_namespaces_go(tmp_path):
 
 
 def test_hosts_arguments():
-    assert sampler.parse_hosts(["client=ftl-1-a-client", "app=ftl-1-a-app"]) == {
+    assert tables.parse_hosts(["client=ftl-1-a-client", "app=ftl-1-a-app"]) == {
         "client": "ftl-1-a-client", "app": "ftl-1-a-app"}
-    assert sampler.parse_host_classes(["front=client,app:8000"], ["client", "app"]) == {
+    assert tables.parse_host_classes(["front=client,app:8000"], ["client", "app"]) == {
         "front": ("client", "app", 8000)}
     for bad in (["front=8000"], ["front=client>app:8000"], ["front=client,db:8000"],
                 ["front=app,app:8000"], ["front=client,app:0"], ["total=client,app:1"],
                 ["f=client,app:1", "f=app,client:2"]):
         with pytest.raises(ValueError):
-            sampler.parse_host_classes(bad, ["client", "app"])
+            tables.parse_host_classes(bad, ["client", "app"])
     for bad in (["client"], ["client="], ["9=ns"], ["a=x/y"], ["a=x", "a=y"]):
         with pytest.raises(ValueError):
-            sampler.parse_hosts(bad)
-    assert sampler.command("o.csv", {"redis": ("app", "redis", 6379)}, {"app": 5},
+            tables.parse_hosts(bad)
+    assert loop.command("o.csv", {"redis": ("app", "redis", 6379)}, {"app": 5},
                            hosts={"app": "A", "redis": "R"})[3:] == [
         "--out", "o.csv", "--interval", "1", "--host", "app=A", "--host", "redis=R",
         "--class", "redis=app,redis:6379", "--proc", "app=5"]
     with pytest.raises(ValueError, match="need hosts"):
-        sampler.Sampler({"front": ("client", "app", 1)}, {}, os.devnull)
+        loop.Sampler({"front": ("client", "app", 1)}, {}, os.devnull)
     with pytest.raises(ValueError, match="no network namespace"):
-        sampler.Sampler({"front": ("client", "app", 1)}, {}, os.devnull,
+        loop.Sampler({"front": ("client", "app", 1)}, {}, os.devnull,
                         hosts={"client": "ftl-no-such-ns", "app": "ftl-no-such-ns2"})
     for argv in (["--out", "x.csv", "--host", "a=ns", "--class", "front=80"],
                  ["--out", "x.csv", "--host", "a=ns", "--host", "b=ns2",

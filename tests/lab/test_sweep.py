@@ -11,7 +11,9 @@ import csv
 import pytest
 from conftest import run_module, running_with
 
-from benchmarks import hosts, stages, sweep
+from benchmarks import stages
+from benchmarks.sandbox import hosts
+from benchmarks.studies import sweep
 
 ROOT = stages.ROOT
 
@@ -48,11 +50,12 @@ def test_summary_has_mean_and_stdev_per_worker_count():
 @pytest.mark.slow
 def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
-    namespaces_before = set(hosts.list_lab_namespaces())
+    started: list[int] = []
     code, output = run_module(
-        "benchmarks.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
+        "benchmarks.studies.sweep", "--workers", "1,2", "--repeats", "1", "--duration", "3",
         "--warmup", "1", "--users", "20", "--spawn-rate", "20", "--results", str(results),
-        timeout=85)
+        timeout=85, pids=started)
+    (pid,) = started
     assert code == 0, output[-3000:]
     (sweep_dir,) = results.glob("*-sweep")
     with open(sweep_dir / "sweep.csv", newline="") as f:
@@ -68,7 +71,7 @@ def test_a_short_sweep_writes_the_csv_and_prints_the_table(tmp_path):
     assert "req/s (mean ± sd)" in output
     table_rows = [ln.split() for ln in output.splitlines() if ln.split()[:1] in (["1"], ["2"])]
     assert [t[0] for t in table_rows[-2:]] == ["1", "2"]
-    # no namespace of this sweep's points left (another lab may run beside it)
-    new = set(hosts.list_lab_namespaces()) - namespaces_before
-    assert not [n for n in new if f"-{stages.get('2').key}-" in n], new
+    # no namespace of this sweep's points left (named with its pid: another lab may run
+    # beside it)
+    assert hosts.owned_namespaces(pid) == []
     assert running_with(str(tmp_path)) == []

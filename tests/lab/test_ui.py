@@ -1,6 +1,6 @@
 """The attendee's screen: Locust's web UI with the Sockets tab, in a real browser.
 
-The derivations (benchmarks/sockets_live.py) on a sampler CSV written here; the
+The derivations (benchmarks/sockets_tab/stats.py) on a sampler CSV written here; the
 plugin in a real Locust (headless lines, a stage that is not up); `lab up`'s UI
 port check; then headless Chromium against `lab up 0` and `lab up 2`: start a
 swarm through the UI, open the Sockets tab, read TIME_WAIT toward Redis twice.
@@ -20,17 +20,11 @@ from pathlib import Path
 import pytest
 from conftest import ctrl_c, need_browser, read_until
 
-from benchmarks import (
-    hosts,
-    procs,
-    results,
-    runner,
-    sampler,
-    sockets_live,
-    stages,
-    ui_browser,
-    ui_forward,
-)
+from benchmarks import stages
+from benchmarks.capture import tables
+from benchmarks.run import locust_cli, results, runner
+from benchmarks.sandbox import hosts, port_forward, procs
+from benchmarks.sockets_tab import headless, stats
 
 ROOT = stages.ROOT
 HOSTS = ("client", "app", "redis")
@@ -45,7 +39,7 @@ def write_stage_folder(folder: Path, rows: list[dict], partial: str = "") -> Pat
     results.write_json(folder / results.SOCKETS_JSON, {
         "classes": CLASSES,
         "port_ranges": {"client": "32768 60999", "app": "50000 50999", "redis": "32768 60999"}})
-    header = sampler.columns(CLASSES, PROCS, HOSTS)
+    header = tables.columns(CLASSES, PROCS, HOSTS)
     lines = [",".join(header)]
     lines += [",".join(str(row.get(c, "")) for c in header) for row in rows]
     (folder / results.SAMPLER_CSV).write_text("\n".join(lines) + "\n" + partial)
@@ -63,9 +57,9 @@ def test_snapshot_derives_holder_per_request_ports_and_cpu(tmp_path):
     csv_path = write_stage_folder(tmp_path / "up" / "00-builtin",
                                   [{**ROW, "elapsed_s": 11.0, "tw_redis": 1}, ROW],
                                   partial="1001.0,13.0,99")  # a row being written
-    rows = sockets_live.read_rows(csv_path)
+    rows = stats.read_rows(csv_path)
     assert [r["elapsed_s"] for r in rows] == [11.0, 12.0]  # the partial row left out
-    snap = sockets_live.snapshot(rows[-1], sockets_live.read_layout(csv_path), 1000)
+    snap = stats.snapshot(rows[-1], stats.read_layout(csv_path), 1000)
     redis = next(c for c in snap["classes"] if c["class"] == "redis")
     front = next(c for c in snap["classes"] if c["class"] == "front")
     assert (redis["time_wait"], redis["established"]) == (900, 7)
@@ -77,31 +71,31 @@ def test_snapshot_derives_holder_per_request_ports_and_cpu(tmp_path):
     assert (app["ports_in_use"], app["port_range"]) == (887, 1000)
     assert app["ports_share"] == 0.887
     assert snap["cpu"] == {"client": 31.2, "app": 87.5, "redis": 4.0}
-    line = sockets_live.line(snap)
+    line = stats.line(snap)
     assert "redis TW 900 (app 880, redis 20) 0.9/req EST 7" in line, line
     assert "app ports 887/1000" in line and "app 88%" in line, line
-    names = [r["name"] for r in sockets_live.table_rows(snap)]
+    names = [r["name"] for r in stats.table_rows(snap)]
     assert names[0] == "class redis: app -> redis:6379" and "host app" in names
 
 
 def test_no_requests_yet_means_no_per_request_figure(tmp_path):
     csv_path = write_stage_folder(tmp_path / "s", [ROW])
-    snap = sockets_live.snapshot(sockets_live.read_rows(csv_path)[-1],
-                                 sockets_live.read_layout(csv_path), 0)
+    snap = stats.snapshot(stats.read_rows(csv_path)[-1],
+                                 stats.read_layout(csv_path), 0)
     assert all(c["tw_per_request"] is None for c in snap["classes"])
-    empty = sockets_live.snapshot(None, sockets_live.read_layout(csv_path), 0)
-    assert sockets_live.line(empty) == "sockets: (sampler starting)"
+    empty = stats.snapshot(None, stats.read_layout(csv_path), 0)
+    assert stats.line(empty) == "sockets: (sampler starting)"
 
 
 def test_request_window_counts_the_last_60_seconds():
-    window = sockets_live.RequestWindow()
+    window = stats.RequestWindow()
     for t, total in ((0, 0), (30, 3000), (59, 5900), (90, 9000), (120, 12000)):
         window.add(total, now=t)
     assert window.recent() == 12000 - 5900  # what was sent after t=60 (from the t=59 point)
 
 
 def test_time_wait_left_by_an_earlier_run_is_kept_out_until_it_expires(tmp_path):
-    window = sockets_live.RequestWindow()
+    window = stats.RequestWindow()
     window.add(5000, now=0, time_wait={"redis": 900})
     window.add(0, now=10, time_wait={"redis": 800})  # a new swarm: Locust's count restarts
     assert window.left_over("redis", now=10) == 800
@@ -109,22 +103,22 @@ def test_time_wait_left_by_an_earlier_run_is_kept_out_until_it_expires(tmp_path)
     assert window.left_over("redis", now=70) == 0
     window.add(300, now=40)
     csv_path = write_stage_folder(tmp_path / "s", [{**ROW, "tw_redis": 700}])
-    snap = sockets_live.snapshot(sockets_live.read_rows(csv_path)[-1],
-                                 sockets_live.read_layout(csv_path), window.recent(),
+    snap = stats.snapshot(stats.read_rows(csv_path)[-1],
+                                 stats.read_layout(csv_path), window.recent(),
                                  lambda cls: window.left_over(cls, now=40))
     redis = next(c for c in snap["classes"] if c["class"] == "redis")
     assert redis["tw_per_request"] == 1.0  # (700 - 400 left over) / 300 requests
 
 
 def locust(*args, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(runner.VENV_BIN / "locust"), *args], cwd=ROOT,
+    return subprocess.run([str(procs.VENV_BIN / "locust"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
-                          env=runner.child_env())
+                          env=procs.child_env())
 
 
 def test_headless_run_prints_a_sockets_line_per_interval(tmp_path):
     csv_path = write_stage_folder(tmp_path / "up" / "00-builtin", [ROW])
-    done = locust("-f", f"{runner.KV_LOCUSTFILE},benchmarks/sockets_ui.py", "--headless",
+    done = locust("-f", f"{stages.KV_LOCUSTFILE},{locust_cli.SOCKETS_TAB}", "--headless",
                   "-u", "0", "-t", "3s", "--host", "http://127.0.0.1:9",
                   "--sockets-csv", str(csv_path), "--sockets-every", "1")
     out = done.stdout + done.stderr
@@ -134,7 +128,7 @@ def test_headless_run_prints_a_sockets_line_per_interval(tmp_path):
 
 
 def test_plugin_refuses_a_stage_that_is_not_up(tmp_path):
-    done = locust("-f", f"{runner.KV_LOCUSTFILE},benchmarks/sockets_ui.py", "--headless",
+    done = locust("-f", f"{stages.KV_LOCUSTFILE},{locust_cli.SOCKETS_TAB}", "--headless",
                   "-u", "0", "-t", "2s", "--sockets-csv", str(tmp_path / "gone" / "s.csv"))
     assert done.returncode == 2
     assert "no stage is up there" in done.stderr and "lab up 0" in done.stderr
@@ -164,9 +158,9 @@ def test_forward_copies_both_ways_and_stop_releases_the_port():
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
-        listener = ui_forward.listen(0)
+        listener = port_forward.listen(0)
         port = listener.getsockname()[1]
-        forward = ui_forward.Forward(listener, None, server.getsockname()).start()
+        forward = port_forward.Forward(listener, None, server.getsockname()).start()
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
                 upstream, _ = server.accept()
@@ -178,10 +172,10 @@ def test_forward_copies_both_ways_and_stop_releases_the_port():
         finally:
             forward.stop()
     assert not procs.port_is_taken(port)
-    with pytest.raises(ui_forward.PortTaken), socket.socket() as taken:
+    with pytest.raises(port_forward.PortTaken), socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        ui_forward.listen(taken.getsockname()[1])
+        port_forward.listen(taken.getsockname()[1])
 
 
 # --- in a browser ---------------------------------------------------------------------
@@ -190,7 +184,7 @@ def test_forward_copies_both_ways_and_stop_releases_the_port():
 def browser():
     """Headless Chromium (conftest.need_browser: skipped without one, failed in CI)."""
     need_browser()
-    with ui_browser.chromium() as driver:
+    with headless.chromium() as driver:
         yield driver
 
 
@@ -218,16 +212,16 @@ def test_sockets_tab_shows_time_wait_toward_redis(browser, tmp_path, stage, expe
         said = read_line(lab, "web UI")
         url = f"http://127.0.0.1:{port}"
         assert url in said, said
-        ui_browser.start_swarm(browser, url, users=20, spawn_rate=10)
-        ui_browser.open_sockets_tab(browser)
+        headless.start_swarm(browser, url, users=20, spawn_rate=10)
+        headless.open_sockets_tab(browser)
         time.sleep(4)  # the users log in and start their tasks
-        first = ui_browser.redis_time_wait(browser)
+        first = headless.redis_time_wait(browser)
         time.sleep(6)
-        second = ui_browser.redis_time_wait(browser)
+        second = headless.redis_time_wait(browser)
         browser.save_screenshot(str(stage_dir / results.SOCKETS_SCREENSHOT))
         stats = json.load(urllib.request.urlopen(f"{url}/sockets/stats", timeout=10))
         chart = browser.find_element("id", "sockets-chart-svg").get_attribute("innerHTML")
-        ui_browser.stop_swarm(browser)
+        headless.stop_swarm(browser)
     finally:
         rest = ctrl_c(lab)
     redis = next(c for c in stats["classes"] if c["class"] == "redis")

@@ -1,4 +1,4 @@
-"""benchmarks/verify.py against real gunicorn servers backed by a real Redis.
+"""benchmarks/run/verify.py against real gunicorn servers backed by a real Redis.
 
 It must pass on a healthy instance of every worker type, tell a sync worker
 (`Connection: close`) from a keep-alive one, and fail clearly when the
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import gunicorn
 
-from benchmarks import procs
+from benchmarks.run.verify import verify
+from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
-from benchmarks.verify import verify
 
 VENV_BIN = Path(sys.executable).parent
 WORKERS = {  # worker args, expected server_keepalive
@@ -29,7 +29,7 @@ WORKERS = {  # worker args, expected server_keepalive
 
 
 def run_verify(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.verify", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "benchmarks.run.verify", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -1,0 +1,1 @@
+"""What a run's files mean: metrics, the report, its plots, the reference."""

@@ -1,0 +1,399 @@
+"""Turn one stage's captures into the numbers its checks and the summary use.
+
+Reads, from a stage folder of a results run: Locust's `locust_stats.csv`, the
+sampler's `sampler.csv`, `nginx/errors.json` (counted from Nginx's error log
+when the stage ends), `verify.json` and `sysctl.json`. Every metric is a
+plain number (or None when it does not apply to the stage), so `checks.json`
+and `summary.csv` can show where it came from. `CATALOGUE` names each one,
+with its source and meaning; a test keeps it and `compute` in step.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.capture import csvfile
+from benchmarks.run import results
+from benchmarks.stages import Stage
+
+# TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
+TIME_WAIT_SECONDS = 60
+EADDRNOTAVAIL = "(99: Cannot assign requested address)"
+CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
+SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
+                   "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
+                   "client_cpu_p95", "sio_rps", "sio_p95_ms")
+# Locust imports its locustfile and spawns its users in the first seconds of the
+# sampler's series: its CPU then says nothing about the load it generates.
+CLIENT_START_S = 2.0
+# Locust's request type for a Socket.IO ack (benchmarks/chat.py): reported beside the
+# HTTP headline, never mixed into it.
+SOCKETIO_TYPE = "WSIO"
+# Past this relative gap between Locust's answered requests and the server's own
+# count, the report flags the stage: one of the two is not counting what it should.
+COUNT_GAP_LIMIT = 0.02
+# A request line in an access log: `"GET /kv/a HTTP/1.1" 200` (Nginx's `counted`
+# format, gunicorn's --access-logformat, and werkzeug's own line all contain it).
+REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>\d{3})\b')
+# werkzeug colours some of its lines (201s, 4xx) even into a file
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+# The sampler's connection classes (benchmarks/stages.py: Stage.connection_classes).
+CLASSES = ("redis", "upstream", "front")
+
+
+@dataclass(frozen=True)
+class Metric:
+    source: str  # file (and column) in the stage folder it is computed from
+    meaning: str
+
+
+_LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
+_LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
+_SAMPLER = results.SAMPLER_CSV
+_CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
+_SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
+_PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of the last "
+                f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections")
+
+
+CATALOGUE: dict[str, Metric] = {
+    "requests": Metric(_LOCUST, "HTTP requests Locust sent and timed"),
+    "failures": Metric(_LOCUST, "HTTP requests that failed (e.g. 502s)"),
+    "rps": Metric(_LOCUST, "answered (not failed) HTTP requests a second: the headline"),
+    "locust_rps": Metric(_LOCUST, "Locust's own figure, failures included"),
+    "rps_independent": Metric(
+        f"{results.COUNT_JSON} answered, {_LOCUST}",
+        "answered requests a second as the server counted them in its access log (the "
+        "entry point's: Nginx, else the app), over Locust's own window"),
+    "rps_gap": Metric("rps, rps_independent",
+                      f"|rps - rps_independent| / rps_independent; over {COUNT_GAP_LIMIT:.0%} "
+                      "the report flags it"),
+    "p50_ms": Metric(_LOCUST, "median HTTP response time, ms"),
+    "p95_ms": Metric(_LOCUST, "95th percentile HTTP response time, ms"),
+    "p99_ms": Metric(_LOCUST, "99th percentile HTTP response time, ms"),
+    "sio_requests": Metric(_LOCUST_SIO, "Socket.IO messages sent (stages 3+), beside the headline"),
+    "sio_failures": Metric(_LOCUST_SIO, "messages whose ack never came or was an error"),
+    "sio_rps": Metric(_LOCUST_SIO, "acknowledged messages a second"),
+    "sio_locust_rps": Metric(_LOCUST_SIO, "messages a second, failures included"),
+    "sio_p50_ms": Metric(_LOCUST_SIO, "median ack round trip, ms"),
+    "sio_p95_ms": Metric(_LOCUST_SIO, "95th percentile ack round trip, ms"),
+    "sio_p99_ms": Metric(_LOCUST_SIO, "99th percentile ack round trip, ms"),
+    # app -> Redis
+    "tw_redis_peak": Metric(f"{_SAMPLER} tw_redis", "most TIME_WAIT sockets"),
+    "tw_redis_client_peak": Metric(f"{_SAMPLER} tw_redis_client", _CLIENT_SIDE),
+    "tw_redis_server_peak": Metric(f"{_SAMPLER} tw_redis_server", _SERVER_SIDE),
+    "estab_redis_peak": Metric(f"{_SAMPLER} estab_redis", "most ESTABLISHED connections"),
+    "tw_redis_per_request": Metric(f"{_SAMPLER} tw_redis, {_LOCUST}", _PER_REQUEST),
+    # Nginx -> app (stages with a front)
+    "tw_upstream_peak": Metric(f"{_SAMPLER} tw_upstream", "most TIME_WAIT sockets"),
+    "tw_upstream_client_peak": Metric(f"{_SAMPLER} tw_upstream_client", _CLIENT_SIDE),
+    "tw_upstream_server_peak": Metric(f"{_SAMPLER} tw_upstream_server", _SERVER_SIDE),
+    "estab_upstream_peak": Metric(f"{_SAMPLER} estab_upstream", "most ESTABLISHED connections"),
+    "tw_upstream_per_request": Metric(f"{_SAMPLER} tw_upstream, {_LOCUST}", _PER_REQUEST),
+    # client -> entry port
+    "tw_front_peak": Metric(f"{_SAMPLER} tw_front", "most TIME_WAIT sockets"),
+    "tw_front_client_peak": Metric(f"{_SAMPLER} tw_front_client", _CLIENT_SIDE),
+    "tw_front_server_peak": Metric(f"{_SAMPLER} tw_front_server", _SERVER_SIDE),
+    "estab_front_peak": Metric(f"{_SAMPLER} estab_front", "most ESTABLISHED connections"),
+    "tw_front_per_request": Metric(f"{_SAMPLER} tw_front, {_LOCUST}", _PER_REQUEST),
+    "tw_total_peak": Metric(f"{_SAMPLER} tw_total", "most TIME_WAIT sockets in the stage"),
+    "client_cpu_peak": Metric(f"{_SAMPLER} cpu_locust", "Locust's highest CPU, % of one core"),
+    "client_cpu_mean": Metric(f"{_SAMPLER} cpu_locust",
+                              f"Locust's mean CPU after its first {CLIENT_START_S:g} s "
+                              "(start-up), % of one core"),
+    "client_cpu_p95": Metric(f"{_SAMPLER} cpu_locust",
+                             f"95th percentile of Locust's CPU samples after its first "
+                             f"{CLIENT_START_S:g} s: past {CLIENT_CPU_LIMIT:g}% the numbers "
+                             "measure the client"),
+    "app_cpu_peak": Metric(f"{_SAMPLER} cpu_app", "the app server's highest CPU, % of one core"),
+    "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
+    "local_ports": Metric(f"{results.SYSCTL_JSON} net.ipv4.ip_local_port_range",
+                          "how many local ports the connecting side may use: the proxy "
+                          "host's toward the app, else the app host's toward Redis"),
+    "nginx_eaddrnotavail": Metric(
+        f"{results.NGINX_ERRORS} eaddrnotavail",
+        f"lines of Nginx's error log with `{EADDRNOTAVAIL}`: connect() found no free port"),
+    "upstream_ports_in_time_wait": Metric(
+        f"{_SAMPLER} tw_upstream_client, {results.SYSCTL_JSON}",
+        "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
+    "server_keepalive": Metric(f"{results.VERIFY_JSON} server_keepalive",
+                               "1 when the server answered `Connection: keep-alive`, 0 if not"),
+}
+
+
+def locust_totals(stage_dir: Path) -> dict:
+    """Locust's totals for the stage's HTTP requests, and its Socket.IO acks beside them.
+
+    From `locust.json` (`--json-file`: written as Locust exits, so it holds every
+    request; its CSV is rewritten once a second and misses the last one). A run from
+    before that file has only the CSV, whose Aggregated row mixes in the acks.
+    """
+    path = stage_dir / results.LOCUST_JSON
+    if not path.exists():
+        return {**_csv_totals(stage_dir / results.LOCUST_STATS), **_group_totals([], "sio_")}
+    entries = results.read_json(path)
+    http = [e for e in entries if e["method"] != SOCKETIO_TYPE]
+    if not http:
+        raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
+    return {**_group_totals(http, ""),
+            **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_")}
+
+
+def group_rps(entries: list[dict]) -> float | None:
+    """Answered HTTP requests a second of a --json-file's entries (None: none)."""
+    http = [e for e in entries if e["method"] != SOCKETIO_TYPE]
+    return _group_totals(http, "")["rps"]
+
+
+def _group_totals(entries: list[dict], prefix: str) -> dict:
+    """Requests, failures, answered requests a second and percentiles of some entries,
+    computed as Locust computes them for its Aggregated row."""
+    keys = ("requests", "failures", "rps", "locust_rps", "p50_ms", "p95_ms", "p99_ms")
+    if not entries:
+        return {f"{prefix}{k}": None for k in keys}
+    requests = sum(e["num_requests"] for e in entries)
+    failures = sum(e["num_failures"] for e in entries)
+    start = min(e["start_time"] for e in entries)
+    last = max(e["last_request_timestamp"] or start for e in entries)
+    all_rps = requests / (last - start) if last > start else 0.0
+    times: dict[int, int] = {}
+    for e in entries:
+        for ms, n in e["response_times"].items():
+            times[int(ms)] = times.get(int(ms), 0) + n
+    counted = sum(times.values())
+    values = {
+        "requests": requests, "failures": failures,
+        # answered requests a second: Locust's own figure counts failures too, and in
+        # stage 4 those are fast 502s from Nginx
+        "rps": round(all_rps * (requests - failures) / max(1, requests), 1),
+        "locust_rps": round(all_rps, 1),
+        **{f"p{p}_ms": float(percentile(times, counted, p / 100)) for p in (50, 95, 99)},
+    }
+    return {f"{prefix}{k}": v for k, v in values.items()}
+
+
+def percentile(times: dict[int, int], count: int, fraction: float) -> int:
+    """The response time `fraction` of the requests finished within, from Locust's
+    histogram {ms: requests}, by Locust's own rule (`calculate_response_time_percentile`;
+    importing locust here would monkey-patch everything that reads these metrics)."""
+    below = int(count * fraction)
+    seen = 0
+    for ms in sorted(times, reverse=True):
+        seen += times[ms]
+        if count - seen <= below:
+            return ms
+    return 0
+
+
+def _csv_totals(stats_csv: Path) -> dict:
+    """The `Aggregated` row of Locust's --csv stats file."""
+    with open(stats_csv, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["Name"] == "Aggregated":
+                requests, failures = int(row["Request Count"]), int(row["Failure Count"])
+                all_rps = float(row["Requests/s"])
+                return {
+                    "requests": requests,
+                    "failures": failures,
+                    "rps": round(all_rps * (requests - failures) / max(1, requests), 1),
+                    "locust_rps": round(all_rps, 1),
+                    "p50_ms": _num(row["50%"]),
+                    "p95_ms": _num(row["95%"]),
+                    "p99_ms": _num(row["99%"]),
+                }
+    raise ValueError(f"{stats_csv}: no Aggregated row (did Locust run any request?)")
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def port_range_size(value: str | None) -> int | None:
+    """`50000 50999` -> 1000."""
+    if not value:
+        return None
+    low, high = (int(x) for x in value.split())
+    return high - low + 1
+
+
+def local_ports(stage_dir: Path, stage: Stage) -> int | None:
+    """The size of the connecting side's port range (sysctl.json: host -> sysctls; a
+    run from before hosts has one flat set)."""
+    path = stage_dir / results.SYSCTL_JSON
+    if not path.exists():
+        return None
+    sysctls = results.read_json(path)
+    host = "proxy" if stage.front else "app"
+    if isinstance(sysctls.get(host), dict):
+        sysctls = sysctls[host]
+    return port_range_size(sysctls.get("net.ipv4.ip_local_port_range"))
+
+
+def count_in_file(path: Path, needle: str) -> int:
+    if not path.exists():
+        return 0
+    with open(path, errors="replace") as f:
+        return sum(line.count(needle) for line in f)
+
+
+def compute(stage_dir: Path, stage: Stage) -> dict:
+    """All metrics of one stage run."""
+    m: dict = locust_totals(stage_dir)
+    first = csvfile.first_row(stage_dir / results.SAMPLER_CSV)
+    peaks = csvfile.peaks(stage_dir / results.SAMPLER_CSV)
+    # TIME_WAIT sockets made while the load ran (the peak less what was there when
+    # it started: warm-up and set-up leave a few), per request that can still have
+    # one at the peak (those of the last minute). ~1: a connection per request.
+    recent = max(1, min(m["requests"], m["locust_rps"] * TIME_WAIT_SECONDS))
+    for cls in CLASSES:
+        present = f"tw_{cls}" in peaks  # `upstream` exists only behind Nginx
+        for col in (f"tw_{cls}", f"tw_{cls}_client", f"tw_{cls}_server", f"estab_{cls}"):
+            m[f"{col}_peak"] = int(peaks[col]) if present else None
+        grown = peaks[f"tw_{cls}"] - first[f"tw_{cls}"] if present else None
+        m[f"tw_{cls}_per_request"] = round(max(0.0, grown) / recent, 3) if present else None
+    m["tw_total_peak"] = int(peaks.get("tw_total") or 0)
+    m["client_cpu_peak"] = round(peaks.get("cpu_locust") or 0.0, 1)
+    samples = stage_dir / results.SAMPLER_CSV
+    m["client_cpu_mean"] = mean_cpu(samples, "cpu_locust", after=CLIENT_START_S)
+    m["client_cpu_p95"] = cpu_percentile(samples, "cpu_locust", 0.95, after=CLIENT_START_S)
+    m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
+    m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
+
+    ports = local_ports(stage_dir, stage)
+    m["local_ports"] = ports
+    if stage.front:
+        m["nginx_eaddrnotavail"] = nginx_errors(stage_dir)["eaddrnotavail"]
+        m["upstream_ports_in_time_wait"] = (
+            round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)
+    else:
+        m["nginx_eaddrnotavail"] = None
+        m["upstream_ports_in_time_wait"] = None
+
+    m.update(independent_rps(stage_dir, m))
+
+    verify = results.read_json(stage_dir / results.VERIFY_JSON)
+    m["server_keepalive"] = verify.get("server_keepalive")
+    return m
+
+
+def count_answered(log: Path, offset: int = 0) -> dict:
+    """Responses in an access log from byte `offset` on: all, and answered (2xx/3xx).
+    Socket.IO's own HTTP requests (handshakes, upgrades) are left out: Locust's
+    headline counts HTTP requests of the chat API."""
+    answered = responses = 0
+    with open(log, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            match = REQUEST_LINE.search(ANSI_COLOUR.sub("", raw.decode("utf-8", "replace")))
+            if not match or match["path"].startswith("/socket.io/"):
+                continue
+            responses += 1
+            answered += match["status"][0] in "23"
+    return {"responses": responses, "answered": answered}
+
+
+def log_size(path: Path) -> int:
+    """Where a log ends now: the start of what a measured run adds to it."""
+    return path.stat().st_size if path.exists() else 0
+
+
+def independent_rps(stage_dir: Path, m: dict) -> dict:
+    """rps_independent and rps_gap from count.json (None for a run without one).
+
+    The server's count over Locust's window (its requests / its requests a second), so
+    the two figures differ only by what each side counted."""
+    path = stage_dir / results.COUNT_JSON
+    if not path.exists() or not m.get("requests"):
+        return {"rps_independent": None, "rps_gap": None}
+    counted = results.read_json(path)["answered"]
+    rps_independent = round(counted * m["locust_rps"] / m["requests"], 1)
+    gap = (round(abs(m["rps"] - rps_independent) / rps_independent, 3)
+           if rps_independent else None)
+    return {"rps_independent": rps_independent, "rps_gap": gap}
+
+
+def count_gap_too_big(metrics: dict) -> bool:
+    return metrics.get("rps_gap") is not None and metrics["rps_gap"] > COUNT_GAP_LIMIT
+
+
+def summarize_nginx_errors(stage_dir: Path) -> dict | None:
+    """Count, once, the errors the checks read from Nginx's error log into errors.json:
+    the log itself can be tens of MB (stage 4), too big to keep in a reference copy."""
+    counts = nginx_error_counts(stage_dir)
+    if counts is not None:
+        results.write_json(stage_dir / results.NGINX_ERRORS, counts)
+    return counts
+
+
+def nginx_error_counts(stage_dir: Path) -> dict | None:
+    """What the checks count in the stage's Nginx error log; None without a log."""
+    log = stage_dir / results.NGINX_ERROR_LOG
+    if not log.exists():
+        return None
+    return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL)}
+
+
+def nginx_errors(stage_dir: Path) -> dict:
+    path = stage_dir / results.NGINX_ERRORS
+    if path.exists():
+        return results.read_json(path)
+    return summarize_nginx_errors(stage_dir) or {"eaddrnotavail": 0}
+
+
+def answered(metrics: dict) -> int:
+    return (metrics.get("requests") or 0) - (metrics.get("failures") or 0)
+
+
+def evaluate(stage: Stage, metrics: dict) -> list[dict]:
+    """The stage's checks against its metrics: [{name, expected, measured, passed, why}].
+
+    A stage that answered no request shows nothing, whatever its numbers say: every
+    check fails then, and says why.
+    """
+    served = answered(metrics) > 0
+    return [{"name": c.metric, "expected": c.expected(), "measured": metrics.get(c.metric),
+             "passed": served and c.passes(metrics.get(c.metric)),
+             "why": c.why if served else f"no request was answered; {c.why}"}
+            for c in stage.checks]
+
+
+def client_bound(metrics: dict) -> bool:
+    """Did Locust pass CLIENT_CPU_LIMIT (its p95 over the load; a run from before that
+    figure: its peak)? Then the numbers measure the client."""
+    figure = metrics.get("client_cpu_p95", metrics.get("client_cpu_peak"))
+    return (figure or 0) > CLIENT_CPU_LIMIT
+
+
+def _cpu_samples(sampler_csv: Path, column: str, after: float) -> list[tuple[float, float]]:
+    """(interval, CPU %) of each sample of a column that ends after `after` seconds: a
+    row's CPU covers the time since the row before."""
+    out, prev = [], 0.0
+    for row in csvfile.rows(sampler_csv):
+        elapsed = row["elapsed_s"]
+        dt, prev = max(0.0, elapsed - prev), elapsed
+        if elapsed > after and column in row:
+            out.append((dt, row[column]))
+    return out
+
+
+def mean_cpu(sampler_csv: Path, column: str, after: float = 0.0) -> float | None:
+    """Mean of a sampler CPU column over the measured run (from `after` seconds on),
+    weighted by each sample's interval. None if never sampled."""
+    samples = _cpu_samples(sampler_csv, column, after)
+    weight = sum(dt for dt, _ in samples)
+    return round(sum(dt * v for dt, v in samples) / weight, 1) if weight > 0 else None
+
+
+def cpu_percentile(sampler_csv: Path, column: str, fraction: float,
+                   after: float = 0.0) -> float | None:
+    """The CPU % that `fraction` of the samples (from `after` seconds on) stay at or under."""
+    values = sorted(v for _, v in _cpu_samples(sampler_csv, column, after))
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(fraction * len(values)))], 1)

@@ -1,0 +1,124 @@
+"""Copy a small, curated subset of a real lab run into notebooks/reference-run/.
+
+    python -m benchmarks.analysis.reference RUN_DIR       # e.g. results/latest after `make lab`
+
+The notebooks and docs read `notebooks/reference-run/` when there is no
+`results/latest`, so a fresh clone has real numbers to look at. The copy keeps
+what the analysis reads and drops the rest:
+
+- run folder: run.json, summary.csv, report.md (regenerated, with plots/*.png)
+- per stage:  locust_stats.csv, locust_stats_history.csv (Aggregated rows only),
+              sampler.csv, metrics.json, checks.json, sysctl.json, verify.json,
+              nginx/errors.json (what the checks count in Nginx's error log),
+              count.json (the server's count of answered requests)
+- not copied: server/Nginx/Locust logs (stage 4's error log alone is tens of MB),
+              ss/netstat snapshots, users.json (seeded passwords), Redis data,
+              locust_failures.csv and the rest
+
+RUN_DIR itself is only read. notebooks/reference-run/ is replaced as a whole.
+`report.md`, `summary.csv` and the plots are written again by
+benchmarks/analysis/report.py from the copied files, so their links and numbers match
+the copy. The command ends with the copy's size (it should stay well under 1 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import sys
+from pathlib import Path
+
+from benchmarks import stages
+from benchmarks.analysis import metrics, report
+from benchmarks.run import results
+
+DEST = stages.ROOT / "notebooks" / "reference-run"
+RUN_FILES = (results.RUN_JSON, results.SUMMARY_CSV, results.REPORT_MD)
+STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY,
+               results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
+               results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
+               results.COUNT_JSON)
+SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
+
+
+def _copy_history(src: Path, dest: Path) -> None:
+    """Locust's history, Aggregated rows only (with --csv-full-history it has one per URL)."""
+    with open(src, newline="") as f_in, open(dest, "w", newline="") as f_out:
+        reader = csv.reader(f_in)
+        header = next(reader, None)
+        if header is None:
+            return
+        writer = csv.writer(f_out, lineterminator="\n")
+        writer.writerow(header)
+        name = header.index("Name") if "Name" in header else None
+        writer.writerows(row for row in reader if name is None or row[name] == "Aggregated")
+
+
+def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
+    """Replace dest with the curated subset of run_dir; the files written, sorted."""
+    run_dir = Path(run_dir).resolve()
+    if not results.is_run(run_dir):
+        raise FileNotFoundError(f"{run_dir} is not a lab run folder (no run.json)")
+    dest = Path(dest)
+    if dest.resolve() == run_dir:
+        raise ValueError("the reference run cannot be copied onto itself")
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in RUN_FILES:
+        if (run_dir / name).exists():
+            shutil.copyfile(run_dir / name, dest / name)
+    info = results.run_info(run_dir)
+    for stage, src in results.present_stages(run_dir):
+        for name in STAGE_FILES:
+            if not (src / name).exists():
+                continue
+            target = results.stage_dir(dest, stage) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if name == results.LOCUST_HISTORY:
+                _copy_history(src / name, target)
+            else:
+                shutil.copyfile(src / name, target)
+        counts = metrics.nginx_error_counts(src)  # a run older than errors.json has only the log
+        if counts is not None and not (src / results.NGINX_ERRORS).exists():
+            target = results.stage_dir(dest, stage) / results.NGINX_ERRORS
+            target.parent.mkdir(parents=True, exist_ok=True)
+            results.write_json(target, counts)
+    if any(results.measured_stages(dest)):
+        report.write(dest)
+    elif info.get("stages"):
+        print("reference: no stage of this run has metrics.json; report.md copied as is")
+    return sorted(p for p in dest.rglob("*") if p.is_file())
+
+
+def size(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.analysis.reference",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", type=Path, help="the lab run to copy, e.g. results/latest")
+    return p
+
+
+def main(argv=None) -> int:
+    run_dir = build_parser().parse_args(argv).run_dir
+    try:
+        files = copy(run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"reference: {e}")
+        return 2
+    total = size(DEST)
+    print(f"reference: {len(files)} files, {total / 1000:.0f} kB in "
+          f"{DEST.relative_to(stages.ROOT)}/")
+    if total > SIZE_LIMIT:
+        print(f"reference: WARNING: over {SIZE_LIMIT / 1e6:g} MB; a shorter run (--duration) "
+              "or fewer stages keeps the committed capture small")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

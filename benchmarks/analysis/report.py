@@ -1,0 +1,204 @@
+"""Write a run's `summary.csv`, `report.md` and `plots/*.png` from its stage folders.
+
+    python -m benchmarks.analysis.report [RUN_DIR]     # default: results/latest
+
+Reads each stage folder's `metrics.json` and `checks.json` (written by the lab
+runner), and for the plots its `sampler.csv`, `locust_stats_history.csv` and
+`sysctl.json` (see benchmarks/analysis/plots.py), so a report can be rebuilt from a
+results folder at any time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import traceback
+from pathlib import Path
+
+from benchmarks.analysis import metrics
+from benchmarks.analysis.metrics import SUMMARY_COLUMNS
+from benchmarks.run import results
+
+TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (server)"),
+                 ("p50_ms", "p50 ms"),
+                 ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
+                 ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
+                 ("tw_front_peak", "TW front"), ("client_cpu_p95", "client CPU p95 %"),
+                 ("sio_rps", "WS acks/s"), ("sio_p95_ms", "ack p95 ms"),
+                 ("checks", "checks"))
+
+
+def stage_results(run_dir: Path) -> list[dict]:
+    """[{stage, metrics, checks}] for every stage folder that has metrics, in registry order."""
+    return [{"stage": stage, "dir": d,
+             "metrics": results.read_json(d / results.METRICS_JSON),
+             "checks": results.read_json(d / results.CHECKS_JSON)}
+            for stage, d in results.measured_stages(run_dir)]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if value % 1 else f"{value:.0f}"
+    return str(value)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    out = []
+    for r in stage_results(run_dir):
+        row = {"stage": r["stage"].dirname}
+        row.update({c: r["metrics"].get(c) for c in SUMMARY_COLUMNS[1:]})
+        passed = sum(c["passed"] for c in r["checks"])
+        row["checks"] = f"{passed}/{len(r['checks'])}"
+        out.append(row)
+    return out
+
+
+def summary_table(run_dir: Path) -> str:
+    """The summary as a Markdown table (also readable on a terminal)."""
+    header = [label for _, label in TABLE_COLUMNS]
+    body = [[_cell(row.get(key)) for key, _ in TABLE_COLUMNS] for row in rows(run_dir)]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), sep, *(line(b) for b in body)])
+
+
+def checks_section(run_dir: Path) -> str:
+    lines = []
+    for r in stage_results(run_dir):
+        s = r["stage"]
+        lines.append(f"### {s.dirname}: {s.title}\n\nExpected: {s.see}.\n")
+        for c in r["checks"]:
+            mark = "pass" if c["passed"] else "**FAIL**"
+            lines.append(f"- {mark}: `{c['expected']}`, measured `{c['measured']}` "
+                         f"({c['why']})")
+        if metrics.count_gap_too_big(r["metrics"]):
+            lines.append(f"- note: Locust's RPS and the server's own count differ by "
+                         f"{r['metrics']['rps_gap']:.1%} (over {metrics.COUNT_GAP_LIMIT:.0%}): "
+                         "one of them is not counting what it should")
+        if metrics.client_bound(r["metrics"]):
+            lines.append(f"- note: Locust's CPU (p95) passed {metrics.CLIENT_CPU_LIMIT:.0f}% of "
+                         "its core; "
+                         "these numbers measure the client as much as the server")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots_section(run_dir: Path) -> str:
+    """Write run_dir/plots/*.png; their Markdown, each with its how-to-read sentence.
+
+    A plot that cannot be drawn is named in the report rather than stopping it: the
+    summary and checks of a finished run matter more than one picture.
+    """
+    # here, not at the top: pandas and matplotlib take most of a second to import, and
+    # `lab list` or `lab exec` (which import this module through the lab) never draw
+    from benchmarks.analysis import plots
+
+    out_dir = run_dir / results.PLOTS
+    lines = []
+    for name, draw in plots.PLOTS.items():
+        path = out_dir / f"{name}.png"
+        try:
+            fig = draw(run_dir, out=path)
+        except Exception as e:  # reported in report.md and on stderr
+            traceback.print_exc()
+            print(f"report: plot {name} failed: {e}", file=sys.stderr)
+            lines += [f"### {plots.TITLES[name]}", "", f"(not drawn: `{e!r}`)", ""]
+            continue
+        if fig is None:  # nothing to draw in this run (e.g. no Nginx stage)
+            path.unlink(missing_ok=True)
+            continue
+        lines += [f"### {plots.TITLES[name]}", "",
+                  f"![{plots.TITLES[name]}]({results.PLOTS}/{path.name})", "",
+                  f"*How to read it:* {plots.HOW_TO_READ[name]}", ""]
+    return "\n".join(lines)
+
+
+def not_run_section(run_dir: Path, info: dict) -> str:
+    """Stages the lab tried and that did not produce results, with the error it recorded."""
+    lines = []
+    for key, entry in (info.get("stages") or {}).items():
+        measured = (run_dir / entry.get("dir", "-") / results.METRICS_JSON).exists()
+        if "error" in entry or not measured:
+            first = str(entry.get("error", "no metrics.json")).strip().splitlines()[:1]
+            lines.append(f"- stage {key} ({entry.get('dir')}) did not run: "
+                         f"{first[0] if first else 'no metrics.json'}")
+    return "\n".join(lines)
+
+
+def write(run_dir: Path) -> None:
+    """summary.csv, report.md and plots/*.png in run_dir."""
+    run_dir = Path(run_dir)
+    table = rows(run_dir)
+    with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(table)
+    info = results.run_info(run_dir)
+    params = info.get("parameters", {})
+    text = [
+        f"# Lab run {run_dir.name}" + ("" if run_dir.name[:1].isdigit()  # results/<timestamp>
+                                       else f" (a copy of the run of {info.get('started')})"),
+        "",
+        f"Started {info.get('started')}; "
+        f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users, "
+        f"sandbox `{params.get('sandbox')}`; kernel {info.get('kernel')}, "
+        f"{info.get('cores')} cores, commit `{info.get('git_commit')}`.",
+        "",
+        "TW = peak TIME_WAIT sockets of each connection class: `redis` app to Redis, "
+        "`upstream` Nginx to app, `front` client to the entry point. RPS = answered HTTP "
+        "requests a second as Locust counted them; the Socket.IO users' messages (stages "
+        "3 and up: a steady background beside the same HTTP users) are reported apart, "
+        "as WS acks/s and their ack round trip; "
+        "RPS (server) = the same, counted in the entry point's access log. Client CPU = "
+        "Locust's p95 over the load (its start-up left out), in % of one core. Every figure "
+        "comes from the files in the stage's folder: `locust.json` (RPS, percentiles, "
+        "failures), `count.json` (the server's count), `sampler.csv` (sockets, CPU), "
+        "`metrics.json` (all derived numbers), `checks.json`.",
+        "",
+        summary_table(run_dir),
+        "",
+    ]
+    missing = not_run_section(run_dir, info)
+    if missing:
+        text += [missing, ""]
+    text += [
+        "## Plots",
+        "",
+        "Drawn by `benchmarks/analysis/plots.py` from the same files; "
+        "`notebooks/lab-analysis.ipynb` shows them again beside the data.",
+        "",
+        plots_section(run_dir),
+        "## Checks",
+        "",
+        checks_section(run_dir),
+    ]
+    (run_dir / results.REPORT_MD).write_text("\n".join(text))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.analysis.report",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir", nargs="?", type=Path, default=results.RESULTS / results.LATEST,
+                   help="a lab run's folder (default: results/latest)")
+    return p
+
+
+def main(argv=None) -> int:
+    run_dir = build_parser().parse_args(argv).run_dir
+    if not results.is_run(run_dir):
+        print(f"report: {run_dir} is not a lab run folder (no run.json); "
+              "run `make lab` first or name a folder under results/")
+        return 2
+    write(run_dir.resolve())
+    print(summary_table(run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The sampler: sockets per connection class, CPU and memory per role."""

@@ -1,0 +1,1 @@
+"""One lab run: its options, its results layout, the runner, its progress."""

@@ -1,0 +1,111 @@
+"""The lab's run options: one typed, checked object made once from the command line.
+
+The runner (benchmarks/run/runner.py) reads a `RunOptions`, never argparse; `sweep`
+and `fd_limit` make theirs with `dataclasses.replace`. Every value is checked
+here, before anything starts, so a bad option is a one-line error rather than
+a traceback after the servers came up.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks import stages
+from benchmarks.run import results
+from benchmarks.sandbox import hosts
+from benchmarks.stages import Stage
+
+SANDBOXES = ("auto", "netns", "host")
+
+
+class OptionsError(ValueError):
+    """A bad option: the message says which and what to give instead."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    stages: tuple[Stage, ...] = field(default_factory=lambda: tuple(stages.STAGES))
+    duration: float = 30.0  # seconds measured per stage
+    users: int = 50  # Locust users
+    spawn_rate: float = 50.0  # users started per second
+    warmup: float = 5.0  # seconds of load before measuring
+    wait_max: float = 0.01  # most seconds a Locust user waits between tasks
+    socketio_users: int = 10  # Socket.IO users beside the HTTP users, in stages that have them
+    locust_args: tuple[str, ...] = ()  # more Locust options, already split
+    sandbox: str = "auto"  # auto | netns | host
+    apply_host_sysctls: bool = False  # host mode: set the stage's sysctls on the host
+    results: Path = results.RESULTS
+    strict: bool = False  # exit 3 when a check fails
+    server_cpus: str | None = None  # CPU set of the server roles (default: the last CPU)
+    client_cpus: str | None = None  # CPU set of the client (default: the others)
+    screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
+
+    def __post_init__(self):
+        if not self.stages:
+            raise OptionsError("no stage selected: give --stages all, or keys such as 0,2")
+        if self.users < 1:
+            raise OptionsError(f"--users must be at least 1 (got {self.users})")
+        if self.duration < 1:
+            raise OptionsError(f"--duration must be at least 1 second (got {self.duration:g})")
+        if self.spawn_rate <= 0:
+            raise OptionsError(f"--spawn-rate must be above 0 (got {self.spawn_rate:g})")
+        if self.warmup < 0:
+            raise OptionsError(f"--warmup cannot be negative (got {self.warmup:g})")
+        if self.socketio_users < 0:
+            raise OptionsError(f"--socketio-users cannot be negative (got {self.socketio_users})")
+        if self.wait_max < 0:
+            raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
+        if self.sandbox not in SANDBOXES:
+            raise OptionsError(f"--sandbox must be one of {', '.join(SANDBOXES)}")
+        self.placement  # noqa: B018 - a CPU set this machine does not have fails here
+
+    @property
+    def placement(self) -> hosts.Placement:
+        """Which CPUs the server roles and the client run on."""
+        try:
+            return hosts.placement(self.server_cpus, self.client_cpus)
+        except ValueError as e:
+            raise OptionsError(f"--server-cpus/--client-cpus: {e}") from e
+
+    @property
+    def stage_keys(self) -> list[str]:
+        return [s.key for s in self.stages]
+
+    def parameters(self) -> dict:
+        """What run.json records of these options."""
+        return {"stages": self.stage_keys, "duration_s": self.duration, "users": self.users,
+                "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
+                "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
+                "sandbox": self.sandbox,
+                "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
+
+
+def select_stages(spec: str) -> tuple[Stage, ...]:
+    """`all`, or keys/slugs; an empty list is an error, not "all"."""
+    if not spec.strip():
+        raise OptionsError("--stages is empty: give all, or keys such as 0,2")
+    try:
+        return tuple(stages.select(spec))
+    except KeyError as e:
+        raise OptionsError(e.args[0]) from e
+
+
+def split_locust_args(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        raise OptionsError(f"--locust-args {text!r}: {e}") from e
+
+
+def from_args(args) -> RunOptions:
+    """The options of `lab run`'s parsed command line."""
+    return RunOptions(
+        stages=select_stages(args.stages), duration=args.duration, users=args.users,
+        spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
+        socketio_users=args.socketio_users,
+        locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
+        apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
+        strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
+        screenshots=args.screenshots)

@@ -1,0 +1,106 @@
+"""What `make lab` prints while it runs: where it is, how long is left, what it sees.
+
+One line at a time, on a terminal and in CI alike: `[2/9 1:23 ~4:10 left] stage 2
+connection-pool: seeding`, then while measuring, every few seconds, answered and
+failed requests a second (Locust's history), TIME_WAIT per connection class and
+Locust's CPU (the sampler's latest row), and the moment Nginx starts answering
+502 because its local ports are gone.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+from benchmarks.analysis import metrics
+from benchmarks.capture import csvfile
+from benchmarks.run import results
+from benchmarks.run.cli import say
+
+SETUP_S = 15.0  # starting servers, seeding, verifying, snapshots: a first guess per stage
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(max(0, seconds)), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """The run's progress over its stages; `phase` and `measuring` print a line."""
+
+    def __init__(self, total: int, stage_seconds: float):
+        self.total, self.guess = total, stage_seconds + SETUP_S
+        self.started = time.monotonic()
+        self.index, self.label, self.done = 0, "", []  # done: each finished stage's seconds
+        self.stage_started = self.started
+
+    def stage(self, index: int, label: str) -> None:
+        if self.index:
+            self.done.append(time.monotonic() - self.stage_started)
+        self.index, self.label, self.stage_started = index, label, time.monotonic()
+
+    def left(self) -> float:
+        per_stage = sum(self.done) / len(self.done) if self.done else self.guess
+        in_this = max(0.0, per_stage - (time.monotonic() - self.stage_started))
+        return in_this + per_stage * (self.total - self.index)
+
+    def head(self) -> str:
+        elapsed = time.monotonic() - self.started
+        return f"[{self.index}/{self.total} {clock(elapsed)} ~{clock(self.left())} left]"
+
+    def phase(self, what: str) -> None:
+        say(f"{self.head()} stage {self.label}: {what}")
+
+
+class Watch:
+    """Reads a measured run's files as they grow, for one progress line at a time."""
+
+    def __init__(self, stage_dir: Path, front: bool):
+        self.dir, self.front = stage_dir, front
+        self.log_from, self.eaddrnotavail_seen = 0, False
+
+    def rates(self) -> str:
+        """Locust's answered and failed requests a second over its last history rows
+        (differences of its running totals: its own Requests/s column lags)."""
+        path = self.dir / results.LOCUST_HISTORY
+        rows = []
+        if path.exists():
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if r.get("Name") == "Aggregated"]
+        if len(rows) < 2:
+            return "Locust starting"
+        first, last = rows[max(0, len(rows) - 6)], rows[-1]
+        seconds = max(1, int(last["Timestamp"]) - int(first["Timestamp"]))
+        failed = (int(last["Total Failure Count"]) - int(first["Total Failure Count"])) / seconds
+        sent = (int(last["Total Request Count"]) - int(first["Total Request Count"])) / seconds
+        return f"{sent - failed:.0f} answered/s, {failed:.0f} failed/s"
+
+    def sockets(self) -> str:
+        """TIME_WAIT per class and Locust's CPU, from the sampler's latest row."""
+        row = csvfile.latest(self.dir / results.SAMPLER_CSV)
+        if row is None:
+            return "sampler starting"
+        parts = [f"{cls} {row[f'tw_{cls}']}" for cls in metrics.CLASSES if f"tw_{cls}" in row]
+        text = f"TIME_WAIT {row.get('tw_total', '?')} ({', '.join(parts)})"
+        if row.get("cpu_locust") is not None:
+            text += f", Locust CPU {float(row['cpu_locust']):.0f}%"
+        return text
+
+    def news(self) -> str | None:
+        """The first `(99: Cannot assign requested address)` in Nginx's error log."""
+        log = self.dir / results.NGINX_ERROR_LOG
+        if not self.front or self.eaddrnotavail_seen or not log.exists():
+            return None
+        with open(log, "rb") as f:
+            f.seek(self.log_from)
+            chunk = f.read()
+        self.log_from += len(chunk)
+        if metrics.EADDRNOTAVAIL.encode() in chunk:
+            self.eaddrnotavail_seen = True
+            return ("Nginx has no local port left toward the app: "
+                    f"{metrics.EADDRNOTAVAIL} in nginx/error.log, clients get 502")
+        return None
+
+    def line(self, seconds: float) -> str:
+        return f"  {seconds:5.0f} s  {self.rates()} | {self.sockets()}"

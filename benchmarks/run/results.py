@@ -1,0 +1,169 @@
+"""The results layout, in one place: every reader and writer of a run uses this.
+
+    results/
+      latest -> 20261122-081500          the newest `lab run` (a symlink)
+      up/<stage folder>/                 what `lab up` keeps while a stage is up
+      up.json                            which stage `lab up` serves, for `lab exec`
+      up/<stage folder>/sampler.csv      ... its sampler, until the stage stops
+      up/<stage folder>/sockets.json     ... the classes and port ranges the Sockets tab reads
+      up/<stage folder>/sockets-tab.png  ... the Sockets tab, as the browser test saw it
+      20261122-081500/                   one run
+        run.json                         parameters, commit, versions, kernel, cores, stages
+        summary.csv  report.md  plots/   the whole run (benchmarks/analysis/report.py)
+        00-builtin/                      one folder per stage (Stage.dirname)
+          locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
+          locust.html                    Locust's own report of the measured run (--html)
+          locust_stats.csv ...           Locust's --csv files, rewritten once a second
+          sampler.csv                    the sampler's time series
+          sysctl.json  verify.json       what the stage ran with and answered
+          access.log  app.log            the app's access log (gunicorn); its output (`flask run`
+                                         logs each request there)
+          nginx/access.log               Nginx's access log (stages with a front)
+          count.json                     answered requests the server counted while Locust ran
+          nginx/error.log                Nginx's error log (stages with a front)
+          nginx/errors.json              counts of the errors the checks read from it
+          metrics.json  checks.json      the numbers and the verdicts
+          sockets.json                   the classes and port ranges the Sockets tab reads
+          sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
+
+`sweep`, `fd_limit`, `book` and `crosscheck` make their runs here too, as
+`<timestamp>-<suffix>/`,
+and leave `latest` to `lab run`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from benchmarks import stages
+from benchmarks.stages import Stage
+
+RESULTS = stages.ROOT / "results"
+LATEST = "latest"
+UP = "up"
+UP_STATE = "up.json"
+
+# files of a run
+RUN_JSON = "run.json"
+SUMMARY_CSV = "summary.csv"
+REPORT_MD = "report.md"
+PLOTS = "plots"
+
+# files of a stage
+LOCUST_PREFIX = "locust"  # Locust's --csv prefix: locust_stats.csv, locust_stats_history.csv
+LOCUST_STATS = "locust_stats.csv"
+LOCUST_JSON = "locust.json"  # --json-file: every request, written as Locust exits
+LOCUST_HTML = "locust.html"  # --html: Locust's own report of the measured run
+LOCUST_HISTORY = "locust_stats_history.csv"
+SAMPLER_CSV = "sampler.csv"
+SYSCTL_JSON = "sysctl.json"
+VERIFY_JSON = "verify.json"
+USERS_JSON = "users.json"
+NGINX_DIR = "nginx"
+NGINX_ERROR_LOG = "nginx/error.log"
+NGINX_ERRORS = "nginx/errors.json"
+NGINX_ACCESS_LOG = "nginx/access.log"
+APP_ACCESS_LOG = "access.log"
+APP_LOG = "app.log"
+COUNT_JSON = "count.json"
+SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
+METRICS_JSON = "metrics.json"
+SOCKETS_JSON = "sockets.json"  # the Sockets tab's layout (benchmarks/sockets_tab/stats.py)
+# the Sockets tab in a browser (benchmarks/sockets_tab/stage_shot.py)
+SOCKETS_SCREENSHOT = "sockets-tab.png"
+SOCKETS_SHOT_LOG = "sockets-tab.log"  # the Locust web UI that showed it
+LOCUST_UI_LOG = "locust-ui.log"  # `lab up`'s Locust web UI
+CHECKS_JSON = "checks.json"
+
+
+def rel(path: Path) -> str:
+    """A path as the user would type it from the repository root (output stays short and
+    the same on every machine)."""
+    for root in (stages.ROOT, stages.ROOT.resolve()):  # .venv may be a link elsewhere
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            continue
+    venv = Path(sys.executable).parent.parent
+    try:
+        return str(Path(".venv") / Path(path).relative_to(venv))
+    except ValueError:
+        return str(path)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+def write_json(path: Path, data) -> None:
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def new_run(base: Path = RESULTS, suffix: str | None = None) -> Path:
+    """A new, empty `base/<YYYYmmdd-HHMMSS>[-suffix]` folder.
+
+    Without a suffix it is a `lab run`, and `base/latest` points at it.
+    """
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S") + (f"-{suffix}" if suffix else "")
+    run_dir, n = base / stamp, 1
+    while run_dir.exists():
+        n += 1
+        run_dir = base / f"{stamp}-{n}"
+    run_dir.mkdir()
+    if suffix is None:
+        latest = base / LATEST
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(run_dir.name)
+    return run_dir
+
+
+def stage_dir(run_dir: Path, stage: Stage) -> Path:
+    return Path(run_dir) / stage.dirname
+
+
+def count_log(stage: Stage) -> str:
+    """The log that counts a stage's answered requests: the entry point's access log."""
+    if stage.front:
+        return NGINX_ACCESS_LOG
+    if stage.server[0] == "gunicorn":
+        return APP_ACCESS_LOG
+    return APP_LOG  # `flask run` (werkzeug) logs every request to its output
+
+
+def up_dir(base: Path, stage: Stage) -> Path:
+    return Path(base) / UP / stage.dirname
+
+
+def up_state(base: Path = RESULTS) -> Path:
+    return Path(base) / UP_STATE
+
+
+def is_run(run_dir: Path) -> bool:
+    return (Path(run_dir) / RUN_JSON).exists()
+
+
+def run_info(run_dir: Path) -> dict:
+    return read_json(Path(run_dir) / RUN_JSON)
+
+
+def measured_stages(run_dir: Path) -> Iterator[tuple[Stage, Path]]:
+    """(stage, folder) for every stage of the run that has metrics, in registry order."""
+    for stage in stages.STAGES:
+        folder = stage_dir(run_dir, stage)
+        if (folder / METRICS_JSON).exists():
+            yield stage, folder
+
+
+def present_stages(run_dir: Path) -> Iterator[tuple[Stage, Path]]:
+    """(stage, folder) for every stage folder the run has, measured or not."""
+    for stage in stages.STAGES:
+        folder = stage_dir(run_dir, stage)
+        if folder.is_dir():
+            yield stage, folder

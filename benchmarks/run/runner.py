@@ -1,0 +1,543 @@
+"""The lab runner: one stage, start to finish, from a `RunOptions`.
+
+`run_stage` takes a stage of benchmarks/stages.py through: sandbox up, Redis,
+app server and Nginx up (`Stack`), seed users, check the endpoints, warm up,
+measure with Locust while the sampler records sockets and CPU (`measure`),
+snapshot `ss`/`netstat`, compute the metrics and evaluate the checks, tear
+down. Paths come from benchmarks/run/results.py; the command line is lab.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+
+from benchmarks import stages
+from benchmarks.analysis import metrics
+from benchmarks.capture import loop
+from benchmarks.run import cli, locust_cli, progress, results
+from benchmarks.run.cli import StageFailed, say
+from benchmarks.run.options import OptionsError, RunOptions
+from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
+from benchmarks.stages import ROOT, Stage
+
+SOCKETIO_CLASS = "SocketIOChatUser"
+FRIENDS_PER_USER = 5
+WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
+PORT_RANGE = "net.ipv4.ip_local_port_range"
+MIN_PORTS = 100  # the narrowest range fit_port_range makes
+FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
+# What `lab run` passes to take a stage's Sockets tab after it is measured, with the
+# stage, its folder and its entry URL (benchmarks/sockets_tab/stage_shot.py's screenshot).
+Screenshot = Callable[[Stage, Path, str], None]
+
+
+def _owned_processes() -> list[tuple[psutil.Process, int]]:
+    """(process, the lab pid it carries) for every process a lab started."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            owner = p.environ().get(procs.OWNER_ENV, "")
+        except (psutil.Error, OSError):
+            continue
+        if owner.isdigit() and int(owner) != p.pid:
+            found.append((p, int(owner)))
+    return found
+
+
+def _describe(p: psutil.Process) -> str:
+    return f"{p.pid} {' '.join(p.info['cmdline'] or [])[:80]}"
+
+
+def started_by(pid: int) -> list[str]:
+    """Processes still running that the lab with this pid started (`pid command`)."""
+    return [_describe(p) for p, owner in _owned_processes() if owner == pid]
+
+
+def orphans() -> list[str]:
+    """Stop the processes of labs that are gone (killed with -9); what was stopped."""
+    stray = [p for p, owner in _owned_processes() if not hosts.pid_alive(owner)]
+    for p in stray:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(stray, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [_describe(p) for p in stray]
+
+
+def leftovers(pid: int | None = None) -> list[str]:
+    """Namespaces and processes of this lab that are still there."""
+    pid = pid or os.getpid()
+    return hosts.owned_namespaces(pid) + started_by(pid)
+
+
+class Stack:
+    """The stage's servers (Redis, the app, Nginx), each on its host, started in order,
+    stopped in reverse."""
+
+    def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
+        self.stage, self.box, self.dir = stage, box, stage_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.secret = secrets.token_hex(16)
+
+    @property
+    def url(self) -> str:
+        return self.box.entry_url
+
+    def app_env(self) -> dict:
+        # The lab measures connection handling, not the password hash: seeded users get
+        # a cheap one, so their logins at the start of a run don't fill the latency tail
+        # (the app's default, scrypt, costs tens of ms of CPU per login).
+        # gunicorn reads GUNICORN_CMD_ARGS besides its command line, so the stage's command
+        # stays the one the docs show: an access log in the shape metrics.REQUEST_LINE reads
+        # (the lab's independent count of answered requests).
+        access_log = shlex.join(["--access-logfile", str(self.dir / results.APP_ACCESS_LOG),
+                                 "--access-logformat", '"%(r)s" %(s)s'])
+        redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
+        return procs.child_env(FLASK_REDIS_URL=redis,
+                         FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
+                         FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
+                         GUNICORN_CMD_ARGS=access_log, **self.stage.env)
+
+    def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
+        proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
+                           env=env or procs.child_env(), cwd=ROOT)
+        self.procs[name] = proc
+        try:
+            procs.wait_for_port(self.box.port(role), host=self.box.address(role), proc=proc,
+                                timeout=30, netns=self.box.namespace(role))
+        except procs.ServiceError as e:
+            log = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
+            raise StageFailed(f"{name} did not start: {e}\n--- {name}.log (end) ---\n{log}") from e
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        redis_dir = self.dir / "redis"
+        redis_dir.mkdir(exist_ok=True)
+        self._start("redis", "redis", procs.redis_command(
+            self.box.port("redis"), redis_dir, host=self.box.address("redis")))
+        server = self.stage.server_command(self.box.address("app"), self.box.port("app"))
+        self._start("app", "app", [procs.tool(server[0]), *server[1:]], self.app_env())
+        self.wait_for_health(f"{self.box.url('app')}/healthz")
+        if self.stage.front:
+            conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
+                                     app=(self.box.address("app"), self.box.port("app")),
+                                     front=(self.box.address("proxy"), self.box.port("proxy")))
+            checked = nginx_conf.check(conf, self.box.prefix("proxy"))
+            if checked.returncode != 0:
+                raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
+            self._start("nginx", "proxy", nginx_conf.command(conf))
+
+    def wait_for_health(self, url: str, timeout: float = 30) -> None:
+        """Until the app answers /healthz 200 to the client host: the port opens before
+        the workers boot."""
+        probe = ("import sys, time, urllib.request\n"
+                 f"end = time.monotonic() + {timeout}\n"
+                 "while time.monotonic() < end:\n"
+                 "    try:\n"
+                 "        if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200:\n"
+                 "            sys.exit(0)\n"
+                 "    except OSError:\n"
+                 "        time.sleep(0.2)\n"
+                 "sys.exit(1)\n")
+        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops it,
+        # not the probe (which would print its own KeyboardInterrupt traceback).
+        code = subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
+                              timeout=timeout + 10, start_new_session=True).returncode
+        if code != 0:
+            raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
+                              f"see {self.dir / 'app.log'}")
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs.items()}
+
+    def stop(self) -> None:
+        with sandbox.uninterrupted():
+            for name in reversed(list(self.procs)):
+                procs.stop(self.procs.pop(name))
+
+
+def seed_stage_users(stack: Stack, count: int) -> Path:
+    """`flask seed-users` inside the stage: users (with friends) for Locust to log in as."""
+    out = stack.dir / results.USERS_JSON
+    code = procs.run_quiet([*stack.box.prefix("app"), procs.tool("flask"), "--app", "app",
+                            "seed-users", "--count", str(count), "--friends",
+                            str(FRIENDS_PER_USER), "--out", str(out)],
+                           stack.app_env(), stack.dir / "seed.log", timeout=120)
+    if code != 0 or not out.exists():
+        raise StageFailed(f"seed-users failed (exit {code}); see {stack.dir / 'seed.log'}")
+    return out
+
+
+def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
+                    users_file: Path | None) -> dict:
+    """benchmarks/run/verify.py against the stage: every endpoint answers as the API says."""
+    out = stage_dir / results.VERIFY_JSON
+    cmd = [*prefix, sys.executable, "-m", "benchmarks.run.verify", url, "--json", str(out)]
+    if users_file:
+        cmd += ["--users-file", str(users_file)]
+    code = procs.run_quiet(cmd, procs.child_env(), stage_dir / "verify.log", timeout=60)
+    result = json.loads(out.read_text()) if out.exists() else {"ok": False}
+    if code != 0 or not result.get("ok"):
+        log = (stage_dir / "verify.log").read_text(errors="replace")[-2000:]
+        raise StageFailed(f"the endpoints at {url} did not answer correctly:\n{log}")
+    return result
+
+
+def socketio_users(opts: RunOptions, user_classes) -> int:
+    """The Socket.IO users that run beside the HTTP users (0 where the stage has none)."""
+    return opts.socketio_users if SOCKETIO_CLASS in user_classes else 0
+
+
+def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
+                   csv_prefix: Path | None, users_file: Path | None = None) -> list[str]:
+    # Socket.IO users come on top, so every stage has the same HTTP users
+    users = opts.users + socketio_users(opts, user_classes)
+    cmd = ["--headless", "-u", str(users),
+           "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
+           "--only-summary", "--stop-timeout", "5"]
+    if stages.locustfile(user_classes) == stages.LOCUSTFILE:
+        # the lab wants the server saturated: almost no think time between tasks
+        cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
+                "--chat-socketio-users", str(socketio_users(opts, user_classes))]
+        if users_file:
+            cmd += ["--chat-users-file", str(users_file)]
+    if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
+        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
+                "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
+    return locust_cli.command(user_classes, [*cmd, *opts.locust_args])
+
+
+def check_locust_args(opts: RunOptions) -> None:
+    """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
+    if not opts.locust_args:
+        return
+    cmd = locust_cli.command((), [*opts.locust_args, "--list"])
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=procs.child_env(),
+                          timeout=60)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        last = " ".join(ln for ln in lines if "error" in ln) or lines[-1]
+        raise OptionsError(f"Locust rejects --locust-args {shlex.join(opts.locust_args)!r}: "
+                           f"{last}")
+
+
+@dataclass
+class Load:
+    """Where the load comes from and goes to, and what the sampler watches meanwhile."""
+
+    client: list[str]  # the argv prefix that runs a command on the client host
+    url: str  # the entry point
+    warmup_url: str  # the app itself, behind a proxy (see measure)
+    sampler: dict  # loop.command's arguments but `out`, `procs` and `duration`
+    server_pids: dict[str, int]
+    snapshots: dict[str, list[str]]  # folder name under the stage -> argv prefix of a host
+    count_log: Path | None = None  # the access log that counts answered requests
+    # the sampler runs on the machine (it enters each host itself), on the client's CPUs
+    sampler_prefix: list[str] = field(default_factory=list)
+
+
+def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
+            user_classes) -> float | None:
+    """Load before measuring; the answered requests a second it saw (None: no warm-up).
+
+    It goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a warm-up
+    through Nginx would use up stage 4's local ports before the measured window,
+    hiding the moment they run out.
+    """
+    if opts.warmup <= 0:
+        return None
+    say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
+    prefix = stage_dir / WARMUP_PREFIX
+    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file),
+           "--json-file", str(prefix)]
+    procs.run_quiet([*load.client, *cmd], procs.child_env(),
+              stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
+    try:
+        return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
+    except (OSError, ValueError):
+        return None
+
+
+def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
+    """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
+    when this machine is too slow to fill it early in the measured window.
+
+    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
+    so at R requests a second the range fills in ports / R seconds. `rps` is the
+    warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
+    times lower, so the range is sized to fill within an eighth of the window at `rps`.
+    Only stages whose profile narrows the range, only on hosts (never the machine's
+    own). The new range, or None when the profile's stands.
+    """
+    if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
+        return None
+    low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
+    wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
+    if wanted >= high - low + 1:
+        return None
+    value = f"{low} {low + wanted - 1}"
+    for role in box.stage.connecting_roles:
+        hosts.write_sysctls({PORT_RANGE: value}, ["ip", "netns", "exec", box.namespace(role)])
+    return value
+
+
+def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
+            user_classes) -> int | None:
+    """The measured Locust run with the sampler beside it. Returns where
+    `load.count_log` ended when it started (what the log gains is that run's)."""
+    env = procs.child_env()
+    cmd = locust_command(load.url, opts, opts.duration, user_classes,
+                         stage_dir / results.LOCUST_PREFIX, users_file)
+    shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
+    (stage_dir / "locust-command.txt").write_text(shown + "\n")
+    say(f"  measuring {opts.duration:g} s: {shown}")
+    count_from = metrics.log_size(load.count_log) if load.count_log else None
+    locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
+    sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
+        stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
+        # stop just before Locust's users close their connections
+        duration=max(1.0, opts.duration - 0.5), **load.sampler)],
+        log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
+    watch = progress.Watch(stage_dir, front=load.url != load.warmup_url)
+    try:
+        deadline = time.monotonic() + opts.duration + 60
+        started, last = time.monotonic(), 0.0
+        while locust.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            news = watch.news()
+            if news:
+                say(f"  {time.monotonic() - started:5.0f} s  {news}")
+            if time.monotonic() - last >= 5:
+                last = time.monotonic()
+                say(watch.line(last - started))
+        if locust.poll() is None:
+            raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
+        sampler_proc.wait(timeout=15)
+    finally:
+        with sandbox.uninterrupted():
+            procs.stop(locust)
+            procs.stop(sampler_proc, sig=signal.SIGTERM)
+    if not (stage_dir / results.LOCUST_JSON).exists():
+        log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
+        raise StageFailed(f"Locust wrote no stats:\n{log}")
+    for folder, prefix in load.snapshots.items():
+        out = stage_dir / folder
+        out.mkdir(parents=True, exist_ok=True)
+        procs.run_quiet([*prefix, sys.executable, "-m", "benchmarks.capture.sampler",
+                   "--snapshot", str(out)],
+                  procs.child_env(), stage_dir / "sampler.log", timeout=120)
+    return count_from
+
+
+def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
+    """metrics.json and checks.json of a measured stage folder; (metrics, checks)."""
+    result = metrics.compute(stage_dir, stage)
+    checks = metrics.evaluate(stage, result)
+    results.write_json(stage_dir / results.METRICS_JSON, result)
+    results.write_json(stage_dir / results.CHECKS_JSON, checks)
+    return result, checks
+
+
+def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path) -> Load:
+    """What `measure` needs for a stage in its sandbox."""
+    if box.network:
+        sampler_args = {"classes": box.connection_classes(),
+                        "hosts": {role: box.namespace(role) for role in box.roles}}
+        snapshots = {f"{results.SNAPSHOTS}/{role}": ["ip", "netns", "exec", box.namespace(role)]
+                     for role in box.roles}
+    else:
+        sampler_args = {"classes": box.connection_classes()}
+        snapshots = {".": []}
+    return Load(client=box.prefix("client"), url=stack.url, warmup_url=box.url("app"),
+                sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
+                count_log=stage_dir / results.count_log(stage),
+                sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]])
+
+
+def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
+              shown: progress.Progress | None = None,
+              screenshot: Screenshot | None = None) -> dict:
+    """One stage, start to finish. Returns its metrics and checks. With
+    `opts.screenshots`, `screenshot` takes its Sockets tab at the end."""
+    shown = shown or progress.Progress(1, opts.warmup + opts.duration)
+    stage_dir = results.stage_dir(run_dir, stage)
+    stage_dir.mkdir(parents=True)
+    shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
+    shown.phase(f"{stage.title}; starting its hosts and servers")
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
+                         opts.placement) as box:
+        for note in box.notes:
+            say(f"  note: {note}")
+        stack = Stack(stage, box, stage_dir)
+        try:
+            stack.start()
+            shown.phase(f"up on {box.describe()}; entry {stack.url}; seeding users")
+            users_file = seed_stage_users(stack, max(2 * opts.users, 20))
+            shown.phase("verifying the endpoints")
+            verified = check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
+            say(f"  verified: Connection: {verified.get('connection_header')}")
+            placed = box.where()
+            load = stage_load(stage, box, stack, stage_dir)
+            shown.phase("warm-up")
+            warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
+            fitted = fit_port_range(box, warm_rps, opts)
+            if fitted:
+                say(f"  port range {fitted} on {', '.join(stage.connecting_roles)}: the "
+                    f"warm-up answered {warm_rps:.0f} req/s, so the narrowed range fills "
+                    f"within the first 1/{FILL_WITHIN} of {opts.duration:g} s at that rate")
+            sysctls = box.sysctls()
+            results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
+            results.write_json(stage_dir / results.SOCKETS_JSON, sockets_layout(stage, box))
+            say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
+                                 f"{v.get(PORT_RANGE)}"
+                                 for role, v in sysctls.items() if role in stage.connecting_roles))
+            shown.phase("measuring")
+            count_from = measure(load, stage_dir, users_file, opts, stage.users)
+        finally:
+            stack.stop()  # Nginx writes out its buffered access log as it stops
+    results.write_json(stage_dir / results.COUNT_JSON, {
+        "log": results.count_log(stage), "from_byte": count_from,
+        **metrics.count_answered(load.count_log, count_from)})
+    metrics.summarize_nginx_errors(stage_dir)
+    result, checks = evaluate_stage(stage, stage_dir)
+    say_outcome(result, checks)
+    if opts.screenshots and screenshot:
+        shown.phase("a screenshot of the Sockets tab")
+        screenshot(stage, stage_dir, stack.url)
+    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
+            "hosts": placed}
+
+
+def say_outcome(result: dict, checks: list[dict]) -> None:
+    """A measured stage's answered requests/s by both counts, each check, and a warning
+    when Locust was the bottleneck or the counts disagree."""
+    if metrics.client_bound(result):
+        say(f"  WARNING: Locust used {result['client_cpu_p95']:.0f}% of its core (p95): "
+            "these numbers measure the client, not the server (fewer --users, or "
+            "--locust-args '--processes 2')")
+    say(f"  answered {result['rps']} req/s (Locust), {result['rps_independent']} req/s "
+        f"(the server's count)")
+    if metrics.count_gap_too_big(result):
+        say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
+    for c in checks:
+        say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
+
+
+def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
+    """sockets.json: the classes (connecting host, listening host, port) and each host's
+    local port range, for benchmarks/sockets_tab/stats.py."""
+    ports = {"redis": box.port("redis"), "app": box.port("app")}
+    if stage.front:
+        ports["proxy"] = box.port("proxy")
+    classes = {name: (src, dst, ports[dst]) for name, (src, dst, _) in
+               stage.host_classes().items()}
+    ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
+    return {"classes": classes, "port_ranges": ranges}
+
+
+def refuse_if_up(results_dir: Path) -> None:
+    """A clear error while a `lab up` serves a stage from this results folder: a second
+    stage there would empty its folder (running_stage) and share its state file."""
+    state = results.up_state(results_dir)
+    if state.exists():
+        old = results.read_json(state)
+        if hosts.pid_alive(old.get("pid")):
+            raise OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
+                               "stop it with Ctrl-C first")
+
+
+@contextmanager
+def running_stage(stage: Stage, opts: RunOptions):
+    """A stage's sandbox and servers, seeded and verified, for `lab up` and
+    benchmarks/studies/crosscheck.py: results/up/<stage>/, emptied first."""
+    stage_dir = results.up_dir(opts.results, stage)
+    if stage_dir.exists():
+        for f in sorted(stage_dir.rglob("*"), reverse=True):
+            f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
+                         opts.placement) as box:
+        stack = Stack(stage, box, stage_dir)
+        try:
+            stack.start()
+            users_file = seed_stage_users(stack, 100)
+            check_endpoints(box.prefix("client"), stack.url, stage_dir, users_file)
+            yield box, stack, users_file
+        finally:
+            stack.stop()
+
+
+def run_stages(opts: RunOptions, run_dir: Path,
+               screenshot: Screenshot | None = None) -> tuple[list[dict], list[str]]:
+    """Every stage of `opts`, one after the other, into run_dir (run.json kept up to
+    date); (the results of those that ran, the keys of those that could not)."""
+    info = {**environment(), "parameters": opts.parameters(), "stages": {}}
+    results.write_json(run_dir / results.RUN_JSON, info)
+    done, failed = [], []
+    shown = progress.Progress(len(opts.stages), opts.warmup + opts.duration)
+    for i, stage in enumerate(opts.stages):
+        if opts.sandbox == "host" and i > 0:
+            sandbox.wait_for_time_wait_drain(limit=200, say=say)
+        try:
+            done.append(run_stage(stage, run_dir, opts, shown, screenshot))
+            info["stages"][stage.key] = {"dir": stage.dirname, "hosts": done[-1]["hosts"],
+                                         "sysctls": done[-1]["sysctls"]}
+        except cli.RUN_ERRORS as e:
+            say(f"  stage {stage.key} FAILED TO RUN: {e}")
+            failed.append(stage.key)
+            info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
+        results.write_json(run_dir / results.RUN_JSON, info)
+    return done, failed
+
+
+def versions() -> dict:
+    pkgs = {}
+    for name in ("flask", "werkzeug", "redis", "gunicorn", "eventlet", "gevent",
+                 "flask-socketio", "python-socketio", "locust", "psutil"):
+        try:
+            pkgs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pkgs[name] = None
+    try:
+        redis_v = subprocess.run([procs.require_binary("redis-server", procs.REDIS_HINT),
+                                  "--version"], capture_output=True, text=True).stdout.split()
+        redis_v = next((w.split("=", 1)[1] for w in redis_v if w.startswith("v=")), None)
+    except procs.ServiceError:
+        redis_v = None
+    return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
+
+
+def git_commit() -> str | None:
+    out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty",
+                          "--abbrev=40"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def environment() -> dict:
+    """What run.json records about where the numbers were taken."""
+    return {"started": datetime.now().isoformat(timespec="seconds"),
+            "git_commit": git_commit(), "versions": versions(),
+            "kernel": platform.release(), "cores": os.cpu_count(),
+            "python": platform.python_version()}

@@ -1,0 +1,1 @@
+"""Where a stage's roles run: network namespaces, processes, Nginx configs."""

@@ -1,0 +1,190 @@
+"""Start and stop the real servers the lab and the tests use.
+
+One place for: finding a free port, waiting for a port to answer, starting a
+process in its own process group (so one signal stops it and its children),
+and stopping it for sure (TERM, then KILL); a command from the venv (`tool`),
+the environment every process the lab starts gets (`child_env`), a command run
+to completion into a log (`run_quiet`). Used by the lab runner and by the test
+fixtures alike.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.stages import ROOT
+
+VENV_BIN = Path(sys.executable).parent
+# Every process the lab starts carries this variable with the lab's pid, so what a
+# lab left behind can be told from what another lab (or a test) runs.
+OWNER_ENV = "FTL_LAB_PID"
+
+
+class ServiceError(RuntimeError):
+    """A server could not be started; the message says what to do."""
+
+
+def tool(name: str) -> str:
+    """A command from the venv when it has it (flask, gunicorn, locust), else as is."""
+    candidate = VENV_BIN / name
+    return str(candidate) if candidate.exists() else name
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env[OWNER_ENV] = str(os.getpid())
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_quiet(cmd: list[str], env: dict, log: Path, timeout: float) -> int:
+    """`cmd` with its output to `log`, in a session of its own: a terminal's Ctrl-C
+    reaches the lab, which stops it, not the child."""
+    with open(log, "ab") as out:
+        try:
+            return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                  timeout=timeout, start_new_session=True).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_taken(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
+def require_binary(name: str, hint: str) -> str:
+    """Path of an executable, or a ServiceError that says how to install it."""
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
+    if not path:
+        raise ServiceError(f"{name} not found on PATH. {hint}")
+    return path
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
+                  proc: subprocess.Popen | None = None, netns: str | None = None) -> None:
+    """Block until something accepts connections on host:port.
+
+    With `netns`, the check runs inside that network namespace (the lab's
+    servers listen on the namespace's own loopback).
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceError(f"process {proc.args!r} exited with {proc.returncode} "
+                               f"before port {port} answered")
+        if netns:
+            ok = subprocess.run(
+                ["ip", "netns", "exec", netns, "bash", "-c", f"exec 3<>/dev/tcp/{host}/{port}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        else:
+            try:
+                with socket.create_connection((host, port), timeout=0.5):
+                    ok = True
+            except OSError:
+                ok = False
+        if ok:
+            return
+        time.sleep(0.1)
+    raise ServiceError(f"nothing answered on {host}:{port} within {timeout:.0f}s")
+
+
+def start(cmd: list[str], log: Path | None = None, env: dict | None = None,
+          cwd: str | Path | None = None) -> subprocess.Popen:
+    """Start `cmd` in a new session (own process group), output to `log`."""
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=cwd, start_new_session=True)
+    finally:
+        if log:
+            out.close()
+
+
+def stop(proc: subprocess.Popen | None, timeout: float = 10.0,
+         sig: int = signal.SIGTERM) -> None:
+    """Stop a process started by `start` and everything in its group."""
+    if proc is None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    try:  # children that outlived their parent, or a parent that ignored TERM
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as root), "
+              "or run `make setup`.")
+
+
+def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str]:
+    """A Redis of its own, listening on `host` only, its data in `workdir`.
+
+    Protected mode (no password: loopback clients only) stays on for a
+    loopback `host`. On a lab host's own address it would refuse the app host
+    (`DENIED Redis is running in protected mode`), so it is off there: that
+    address is on the lab's private bridge, which no real network reaches.
+
+    Persistence is the append-only file, written before Redis answers each
+    write and fsynced once a second (`appendfsync everysec`): a Redis that is
+    killed or restarted loses nothing it acknowledged (only a crash of the
+    whole machine can lose up to about a second). A restart on the same
+    `workdir` loads it back. No RDB snapshots (`--save ""`): the AOF is enough,
+    and a snapshot would fork a copy of Redis in the middle of a measurement.
+    """
+    exe = require_binary("redis-server", REDIS_HINT)
+    loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    protected = "yes" if loopback else "no"
+    return [exe, "--port", str(port), "--bind", host, "--save", "",
+            "--appendonly", "yes", "--appendfsync", "everysec",
+            "--dir", str(workdir), "--protected-mode", protected, "--daemonize", "no",
+            "--loglevel", "warning"]
+
+
+@contextmanager
+def redis_server(workdir: Path, port: int | None = None):
+    """A real redis-server on a free loopback port, stopped on exit. Yields the port."""
+    port = port or free_port()
+    if port_is_taken(port):
+        raise ServiceError(f"port {port} is taken; pick another or stop what listens there")
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = start(redis_command(port, workdir), log=workdir / "redis.log")
+    try:
+        wait_for_port(port, proc=proc)
+        yield port
+    finally:
+        stop(proc)

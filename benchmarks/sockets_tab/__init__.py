@@ -1,0 +1,1 @@
+"""The Sockets tab: a Locust web UI plugin, its numbers, its screenshots."""

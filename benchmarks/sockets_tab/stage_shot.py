@@ -1,0 +1,85 @@
+"""A screenshot of the Sockets tab for each stage `lab run` measured.
+
+After a stage is measured and its servers are gone, the stage's capture is
+shown the way an attendee saw it live: Locust's web UI, on a free port of the
+machine's 127.0.0.1, with benchmarks/sockets_tab/plugin.py reading the stage's
+`sampler.csv` (`--sockets-finished`: the TIME_WAIT-per-request column is the
+stage's own figure from `metrics.json`). A swarm of 0 users is started so the
+UI shows its tabs, and stopped at once; it sends nothing (the header names the
+stage's entry point, whose servers are gone by then). Headless
+Chromium (benchmarks/sockets_tab/headless.py) opens the tab and saves
+`<stage folder>/sockets-tab.png`; then both stop.
+
+Nothing of this runs while the stage is measured, so it changes no figure.
+Without Chromium, chromedriver or selenium, `lab run` says so once and goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from benchmarks.run import locust_cli, results
+from benchmarks.run.cli import StageFailed, say
+from benchmarks.sandbox import procs, sandbox
+from benchmarks.sockets_tab import headless
+from benchmarks.stages import ROOT, Stage
+
+NOWHERE = "http://127.0.0.1:9"  # the discard port: a 0-user swarm never sends there
+START_TIMEOUT = 60.0
+
+
+def viewer_command(stage: Stage, stage_dir: Path, port: int, url: str = NOWHERE) -> list[str]:
+    """Locust's web UI over a finished stage's capture, a 0-user swarm started. `url`:
+    the stage's entry, for the header (its servers are gone; 0 users send nothing)."""
+    return locust_cli.command(stage.users, [
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--host", url,
+        "--autostart", "-u", "0", "-r", "1",
+        "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished"],
+        sockets_tab=True)
+
+
+def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
+    """`<stage_dir>/sockets-tab.png` of the finished stage; StageFailed if it cannot be
+    made, headless.BrowserMissing without a browser."""
+    headless.find_browser()
+    port = procs.free_port()
+    log = stage_dir / results.SOCKETS_SHOT_LOG
+    viewer = procs.start(viewer_command(stage, stage_dir, port, url), log=log,
+                         env=procs.child_env(), cwd=ROOT)
+    out = stage_dir / results.SOCKETS_SCREENSHOT
+    try:
+        try:
+            procs.wait_for_port(port, proc=viewer, timeout=START_TIMEOUT)
+        except procs.ServiceError as e:
+            raise StageFailed(f"Locust's web UI did not start: {e}; see {log}") from e
+        with headless.chromium() as driver:
+            driver.get(f"http://127.0.0.1:{port}")
+            headless.stop_swarm(driver, wait=30)  # the header says STOPPED, as the stage is
+            headless.wait_for_status(driver, "STOPPED")
+            headless.open_sockets_tab(driver)
+            headless.wait_for_table(driver)
+            driver.save_screenshot(str(out))
+    except TimeoutError as e:
+        raise StageFailed(f"the Sockets tab did not show: {e}; see {log}") from e
+    finally:
+        with sandbox.uninterrupted():
+            procs.stop(viewer, sig=signal.SIGTERM)
+    return out
+
+
+_NO_BROWSER: list[str] = []  # said once per run
+
+
+def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
+    """`lab run`'s hook (runner.Screenshot): the stage's Sockets tab as a PNG; a missing
+    browser or a failed shot is said, never fails the stage."""
+    if _NO_BROWSER:
+        return
+    try:
+        say(f"  screenshot: {results.rel(save(stage, stage_dir, url))}")
+    except headless.BrowserMissing as e:
+        _NO_BROWSER.append(str(e))
+        say(f"  no screenshots of the Sockets tab: {e}")
+    except StageFailed as e:
+        say(f"  WARNING: no screenshot of the Sockets tab: {e}")

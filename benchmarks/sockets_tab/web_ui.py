@@ -1,0 +1,96 @@
+"""What `lab up` adds for the attendee's screen: Locust's web UI with the Sockets tab.
+
+On top of a running stage (benchmarks/run/runner.py's `running_stage`), `stage_ui`
+starts, in order:
+
+  Locust's web UI   on the client host, the stage's user classes preselected
+                    (--class-picker), its users logged in as the seeded
+                    accounts, benchmarks/sockets_tab/plugin.py loaded beside the
+                    scenario: the Sockets tab
+  the sampler       until the stage stops (no --duration): results/up/<stage>/
+                    sampler.csv, the stage's classes, Redis/app/Nginx/Locust CPU
+  a forward         from the machine's 127.0.0.1:--ui-port into the client host
+                    (benchmarks/sandbox/port_forward.py), so a browser on the machine, or
+                    on a laptop through `ssh -L`, reaches the UI
+
+and stops them in reverse on the way out (Ctrl-C, once or more, or an error).
+The UI port is claimed (`claim_port`) before the stage starts anything.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.capture import loop
+from benchmarks.run import locust_cli, results, runner
+from benchmarks.run.cli import StageFailed
+from benchmarks.run.options import OptionsError
+from benchmarks.sandbox import port_forward, procs, sandbox
+from benchmarks.stages import ROOT, Stage
+
+UI_PORT = 8089  # Locust's own default
+LOCUST_START_TIMEOUT = 60.0
+
+
+def claim_port(port: int) -> socket.socket:
+    """The machine's 127.0.0.1:port, held until the forward uses it; a clear error if
+    it is taken, with a free port to pass instead."""
+    try:
+        return port_forward.listen(port)
+    except port_forward.PortTaken as e:
+        raise OptionsError(f"{e}: something else listens there (another `lab up`, or a "
+                           f"Locust). Pass another port: --ui-port {procs.free_port()}") from e
+
+
+def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
+                   web_port: int) -> list[str]:
+    return locust_cli.command(stage.users, [
+        "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
+        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv)],
+        sockets_tab=True)
+
+
+@contextmanager
+def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file: Path,
+             listener: socket.socket):
+    """Locust's UI, the sampler and the forward for a running stage; yields the URL."""
+    stage_dir = stack.dir
+    sampler_csv = stage_dir / results.SAMPLER_CSV
+    results.write_json(stage_dir / results.SOCKETS_JSON, runner.sockets_layout(stage, box))
+    netns = box.namespace("client")
+    ui_port = listener.getsockname()[1]
+    # in a namespace Locust has the client host's port 8089 to itself; on the
+    # machine (host mode) it takes the UI port, freed just before
+    web_port = UI_PORT if netns else ui_port
+    if not netns:
+        listener.close()
+    started: list = []
+    forward = None
+    try:
+        locust = procs.start([*box.prefix("client"), *locust_command(
+            stage, stack.url, users_file, sampler_csv, web_port)],
+            log=stage_dir / results.LOCUST_UI_LOG, env=procs.child_env(), cwd=ROOT)
+        started.append(locust)
+        try:
+            procs.wait_for_port(web_port, host="127.0.0.1", proc=locust, netns=netns,
+                                timeout=LOCUST_START_TIMEOUT)
+        except procs.ServiceError as e:
+            log = (stage_dir / results.LOCUST_UI_LOG).read_text(errors="replace")[-2000:]
+            raise StageFailed(f"Locust's web UI did not start: {e}\n{log}") from e
+        load = runner.stage_load(stage, box, stack, stage_dir)
+        started.append(procs.start([*load.sampler_prefix, *loop.command(
+            sampler_csv, procs={**load.server_pids, "locust": locust.pid}, **load.sampler)],
+            log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT))
+        if netns:
+            forward = port_forward.Forward(listener, netns, ("127.0.0.1", web_port)).start()
+        yield f"http://127.0.0.1:{ui_port}"
+    finally:
+        with sandbox.uninterrupted():
+            if forward:
+                forward.stop()
+            listener.close()
+            for proc in reversed(started):
+                procs.stop(proc, sig=signal.SIGTERM)

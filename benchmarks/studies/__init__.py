@@ -1,0 +1,1 @@
+"""Side studies beside the lab: the book, sweeps, limits, cross-checks, costs."""
