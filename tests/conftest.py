@@ -319,9 +319,9 @@ class EngineIOServer:
 @pytest.fixture(scope="module", params=["eventlet", "gevent"])
 def eio_server(request, redis_url, tmp_path_factory):
     """One gunicorn worker (so every request of a session reaches it), polling allowed,
-    a 2-second deadline to connect to Socket.IO."""
+    a 1-second deadline to connect to Socket.IO."""
     workdir = tmp_path_factory.mktemp(f"eio-{request.param}")
-    env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "2"}
+    env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "1"}
     args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3"]
     with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
         yield EngineIOServer(request.param, url, proc, workdir / "gunicorn.log")

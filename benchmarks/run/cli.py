@@ -50,11 +50,11 @@ def resolve_sandbox(requested: str) -> str:
     ok, why = hosts.netns_available()
     if requested == "netns" and not ok:
         raise options.OptionsError(f"--sandbox netns needs root and `ip`: {why}. "
-                                   "Use --sandbox host (or run as root).")
+                                   "Use --sandbox host, or run as root with iproute2.")
     if requested == "auto":
         if not ok:
             say(f"note: no network namespaces ({why}); running on the host.")
-            say(f"note: {sandbox.LOOPBACK_NOTE}")
+            say(f"note: {sandbox.loopback_note()}")
         return "netns" if ok else "host"
     return requested
 

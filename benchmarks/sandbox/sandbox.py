@@ -28,10 +28,14 @@ from benchmarks.capture import kernel
 from benchmarks.sandbox import hosts, procs
 from benchmarks.sandbox.hosts import pid_alive, read_sysctls, write_sysctls
 
-LOOPBACK_NOTE = (
-    "host mode: Linux's default net.ipv4.tcp_tw_reuse=2 reuses TIME_WAIT ports on "
-    "loopback, and the host's port range is wide, so stage 4's port exhaustion may not "
-    "show. Run as root for a host per role, or pass --apply-host-sysctls.")
+def loopback_note() -> str:
+    """What host mode cannot show, and the way out that this user has."""
+    ok, why = hosts.netns_available()
+    way = ("--sandbox netns gives a host per role" if ok
+           else f"a host per role needs network namespaces ({why})")
+    return ("host mode: Linux's default net.ipv4.tcp_tw_reuse=2 reuses TIME_WAIT ports on "
+            "loopback, and the host's port range is wide, so stage 4's port exhaustion may "
+            f"not show. {way}; or pass --apply-host-sysctls.")
 
 
 # Host mode writes the host's sysctls here before changing them, so `lab clean` can put
@@ -211,7 +215,7 @@ class Sandbox:
             self.notes.append(f"host sysctls NOT applied (pass --apply-host-sysctls): "
                               f"wanted {differs}, host has "
                               f"{ {k: current[k] for k in differs} }")
-            self.notes.append(LOOPBACK_NOTE)
+            self.notes.append(loopback_note())
         return self
 
     def sysctls(self) -> dict[str, dict[str, str]]:

@@ -27,7 +27,7 @@ from conftest import gunicorn_process
 from benchmarks.sandbox import nginx_conf, procs
 
 CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
-SECONDS = 14  # past the 10 s keep-alive, so the server's cut shows
+SECONDS = 12  # past the 10 s keep-alive, so the server's cut shows
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: lab\r\nX-Slow: "
 
 

@@ -1,0 +1,116 @@
+"""Captured outputs in the exercises are what the current code prints.
+
+A ```text block right after a ```bash block is that block's output. Where the
+program decides the output without load, it is compared with the program now:
+the stage list (`lab list`), a host's sysctls (from the registry and sysctl/),
+lines of a stage's Nginx config (the same grep on a freshly rendered config).
+Every captured line must be there, in order; `...` stands for lines left out.
+The outputs of `make lab` (measurements) are compared by shape with a real run
+in tests/lab/test_lab.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_docs import block_commands, docs, fenced_blocks, rel
+
+from benchmarks import stages
+from benchmarks.sandbox import nginx_conf
+
+ROOT = stages.ROOT
+UP = re.compile(r"python -m benchmarks\.lab up (\S+)")
+SYSCTL = re.compile(r"python -m benchmarks\.lab exec --host (\w+) -- sysctl ([\w. ]+)$")
+NGINX_GREP = re.compile(r"grep -nE ('[^']+')\s+results/up/([\w-]+)/nginx/nginx\.conf$")
+
+
+def outputs(path: Path):
+    """(where, the stage up at that point, the bash block's commands, its output lines)."""
+    stage, previous = None, None
+    for n, lang, lines in fenced_blocks(path):
+        if lang == "bash":
+            previous = block_commands(path, n, lines)
+            for c in previous:
+                if UP.search(c.text):
+                    stage = stages.get(UP.search(c.text).group(1))
+        elif lang == "text" and previous is not None:
+            yield f"{rel(path)}:{n}", stage, previous, lines
+            previous = None
+        else:
+            previous = None
+
+
+def host_sysctls(stage: stages.Stage, host: str) -> dict[str, str]:
+    """What `sysctl` reads on a host of the stage (the lab's own sysctl placement)."""
+    if host == "client":
+        return stages.client_sysctls()
+    if host in stage.connecting_roles:
+        return stages.stage_sysctls(stage)
+    return stages.sysctl_profile("baseline")
+
+
+def expected(stage, commands, tmp: Path) -> list[str] | None:
+    """What the program prints now for these commands, or None when it is not decided
+    without load."""
+    lines = []
+    for c in commands:
+        if c.text == "python -m benchmarks.lab list":
+            lines += subprocess.run([sys.executable, "-m", "benchmarks.lab", "list"],
+                                    cwd=ROOT, capture_output=True, text=True,
+                                    check=True).stdout.splitlines()
+        elif SYSCTL.search(c.text):
+            host, keys = SYSCTL.search(c.text).groups()
+            values = host_sysctls(stage, host)
+            lines += [f"{k} = {values[k].replace(' ', chr(9))}" for k in keys.split()]
+        elif NGINX_GREP.search(c.text):
+            pattern, dirname = NGINX_GREP.search(c.text).groups()
+            shown = next(s for s in stages.STAGES if s.dirname == dirname)
+            conf = nginx_conf.render(shown.front, tmp / dirname,
+                                     app=(stages.ADDRESS["app"], stages.APP_PORT),
+                                     front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
+            lines += subprocess.run(f"grep -nE {pattern} {conf}", shell=True,
+                                    capture_output=True, text=True).stdout.splitlines()
+        else:
+            return None
+    return lines
+
+
+def decided(commands) -> bool:
+    """Whether the program decides these commands' output without load."""
+    return all(c.text == "python -m benchmarks.lab list" or SYSCTL.search(c.text)
+               or NGINX_GREP.search(c.text) for c in commands)
+
+
+CASES = [pytest.param(*case, id=case[0]) for path in docs() for case in outputs(path)
+         if decided(case[2])]
+
+
+def in_order(captured: list[str], actual: list[str]) -> str:
+    """The first captured line that is not in `actual` after the one before, or ""."""
+    at = 0
+    for line in captured:
+        if line.strip() == "...":
+            continue
+        try:
+            at = actual.index(line, at) + 1
+        except ValueError:
+            return line
+    return ""
+
+
+@pytest.mark.parametrize("where,stage,commands,captured", CASES)
+def test_captured_output_is_what_the_program_prints(where, stage, commands, captured,
+                                                    tmp_path):
+    actual = expected(stage, commands, tmp_path)
+    missing = in_order(captured, actual)
+    assert not missing, f"{where}: the program no longer prints {missing!r}; it prints:\n" + \
+        "\n".join(actual)
+
+
+def test_the_outputs_the_program_decides_are_found():
+    """The stage list, two sysctl blocks and two Nginx greps at least."""
+    assert len(CASES) >= 5, [c.id for c in CASES]
