@@ -28,6 +28,7 @@ from benchmarks.capture import kernel
 from benchmarks.sandbox import hosts, procs
 from benchmarks.sandbox.hosts import pid_alive, read_sysctls, write_sysctls
 
+
 def loopback_note() -> str:
     """What host mode cannot show, and the way out that this user has."""
     ok, why = hosts.netns_available()
