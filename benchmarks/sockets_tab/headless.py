@@ -144,6 +144,30 @@ def wait_for_status(driver, status: str, seconds: float = 30) -> None:
           seconds, f"Locust's status never read {status}")
 
 
+# Locust's header: each figure is a label element followed by its value.
+_SET_HEADER = """
+const header = document.querySelector('header');
+for (const [label, value] of Object.entries(arguments[0])) {
+  for (const el of header.querySelectorAll('*')) {
+    if (el.children.length === 0 && el.textContent.trim() === label && el.nextElementSibling) {
+      el.nextElementSibling.textContent = value;
+    }
+  }
+}
+"""
+
+
+def show_in_header(driver, figures: dict[str, str]) -> None:
+    """Write figures into Locust's header ({"RPS": "40.1", "Failures": "92%"})."""
+    driver.execute_script(_SET_HEADER, figures)
+
+
+def header_text(driver) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.TAG_NAME, "header").text
+
+
 def stop_swarm(driver, wait: float = 0) -> None:
     """Click Stop (waiting up to `wait` seconds for the button to be drawn)."""
     from selenium.webdriver.common.by import By

@@ -6,7 +6,9 @@ machine's 127.0.0.1, with benchmarks/sockets_tab/plugin.py reading the stage's
 `sampler.csv` (`--sockets-finished`: the TIME_WAIT-per-request column is the
 stage's own figure from `metrics.json`). A swarm of 0 users is started so the
 UI shows its tabs, and stopped at once; it sends nothing (the header names the
-stage's entry point, whose servers are gone by then). Headless
+stage's entry point, whose servers are gone by then), and its RPS and
+Failures are set to the stage's own, from `metrics.json` (the viewer's own
+are 0). Headless
 Chromium (benchmarks/sockets_tab/headless.py) opens the tab and saves
 `<stage folder>/sockets-tab.png`; then both stop.
 
@@ -16,6 +18,7 @@ Without Chromium, chromedriver or selenium, `lab run` says so once and goes on.
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -39,6 +42,20 @@ def viewer_command(stage: Stage, stage_dir: Path, port: int, url: str = NOWHERE)
         sockets_tab=True)
 
 
+def header_figures(stage_dir: Path) -> dict[str, str]:
+    """What Locust's header said at the end of the stage: requests a second and the
+    failed share, HTTP and Socket.IO together, as Locust counts them."""
+    path = stage_dir / results.METRICS_JSON
+    if not path.exists():
+        return {}
+    m = json.loads(path.read_text())
+    rps = (m.get("locust_rps") or 0) + (m.get("sio_locust_rps") or 0)
+    requests = (m.get("requests") or 0) + (m.get("sio_requests") or 0)
+    failures = (m.get("failures") or 0) + (m.get("sio_failures") or 0)
+    share = 100 * failures / requests if requests else 0
+    return {"RPS": f"{rps:.1f}", "Failures": f"{share:.0f}%"}
+
+
 def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
     """`<stage_dir>/sockets-tab.png` of the finished stage; StageFailed if it cannot be
     made, headless.BrowserMissing without a browser."""
@@ -59,6 +76,7 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
             headless.wait_for_status(driver, "STOPPED")
             headless.open_sockets_tab(driver)
             headless.wait_for_table(driver)
+            headless.show_in_header(driver, header_figures(stage_dir))
             driver.save_screenshot(str(out))
     except TimeoutError as e:
         raise StageFailed(f"the Sockets tab did not show: {e}; see {log}") from e

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -152,9 +153,15 @@ def test_the_sockets_tab_screenshot_of_a_finished_stage(full_run):
             driver.get(f"http://127.0.0.1:{port}")
             headless.open_sockets_tab(driver)
             shown = headless.redis_time_wait(driver)
+            # the header shows a stage's own figures, not the viewer's 0 RPS, 0% failed
+            stage4 = stage_shot.header_figures(run_dir / stages.get("4").dirname)
+            headless.show_in_header(driver, stage4)
+            header = headless.header_text(driver)
     finally:
         procs.stop(viewer)
     assert 0 < shown <= expected  # the last sample's, at most the stage's peak
+    assert int(stage4["Failures"].rstrip("%")) > 20, stage4  # stage 4's 502s
+    assert stage4["RPS"] in header and stage4["Failures"] in header, header
 
 
 def test_lab_run_takes_them():
@@ -415,3 +422,33 @@ def test_book_runs_the_books_stages_and_writes_book_csv(tmp_path):
     assert info["parameters"]["cpus"]["overlap"] == ""  # the server on its own core
     assert "x prev" in result.stdout and "683.52" in result.stdout
     assert leftovers(result.pid) == []
+
+
+def shape(line: str) -> str:
+    """A line of lab output with its figures masked: what the program prints, not what
+    a run measured (numbers, the lab's pid in namespace names, paths of results)."""
+    line = re.sub(r"results/\S+", "results/PATH", line)
+    line = re.sub(r"\d+(?:[.,]\d+)*", "N", line)
+    return " ".join(line.split())
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_labs_make_lab_outputs_have_the_shape_of_a_run_now(full_run):
+    """Each captured `make lab STAGES=...` output of the exercises: every line is one
+    that `lab run` prints now, figures aside (the full run above, every stage)."""
+    from test_docs import fenced_blocks, lab_files, rel
+
+    printed = {shape(ln) for ln in (full_run["results"] / "lab-output.txt").read_text()
+               .splitlines()}
+    checked, stale = 0, []
+    for path in lab_files():
+        blocks = fenced_blocks(path)
+        for (_, lang, lines), (n, next_lang, output) in zip(blocks, blocks[1:], strict=False):
+            if lang == "bash" and next_lang == "text" and \
+                    any(ln.startswith("make lab STAGES=") for ln in lines):
+                checked += 1
+                stale += [f"{rel(path)}:{n}: {ln.strip()}" for ln in output
+                          if ln.strip() not in ("", "...") and shape(ln) not in printed]
+    assert checked >= 6, checked
+    assert not stale, "lines `lab run` no longer prints:\n" + "\n".join(stale)
