@@ -14,6 +14,7 @@ within `client_header_timeout` (10 s in nginx/*.conf).
 
 from __future__ import annotations
 
+import select
 import socket
 import statistics
 import threading
@@ -38,14 +39,18 @@ def slow_connection(port: int) -> socket.socket:
 
 
 def slowloris(port: int, stop: threading.Event, cut: list[int]) -> None:
-    """Keep CONNECTIONS half-sent headers open, a byte each per second, until stop."""
+    """Keep CONNECTIONS half-sent headers open, a byte each per second, until stop; a
+    connection the server closed (readable: its EOF) is counted and opened again."""
     socks = [slow_connection(port) for _ in range(CONNECTIONS)]
     sent = [1] * CONNECTIONS
     try:
         while not stop.wait(1.0):
+            closed = set(select.select(socks, [], [], 0)[0])
             for i, sock in enumerate(socks):
                 byte = HEAD[sent[i]:sent[i] + 1] or b"x"
                 try:
+                    if sock in closed:
+                        raise ConnectionResetError
                     sock.sendall(byte)
                     sent[i] += 1
                 except OSError:  # the server closed it: open another
