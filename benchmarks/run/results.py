@@ -4,6 +4,7 @@
       latest -> 20261122-081500          the newest `lab run` (a symlink)
       up/<stage folder>/                 what `lab up` keeps while a stage is up
       up.json                            which stage `lab up` serves, for `lab exec`
+      up.lock                            locked by that `lab up` while it runs (one at a time)
       up/<stage folder>/sampler.csv      ... its sampler, until the stage stops
       up/<stage folder>/sockets.json     ... the classes and port ranges the Sockets tab reads
       up/<stage folder>/sockets-tab.png  ... the Sockets tab, as the browser test saw it
@@ -26,9 +27,8 @@
           sockets.json                   the classes and port ranges the Sockets tab reads
           sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
 
-`sweep`, `fd_limit`, `book` and `crosscheck` make their runs here too, as
-`<timestamp>-<suffix>/`,
-and leave `latest` to `lab run`.
+`sweep`, `fd_limit`, `book`, `crosscheck` and `lab run --target` make their runs
+here too, as `<timestamp>-<suffix>/`, and leave `latest` to `lab run`'s stages.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ RESULTS = stages.ROOT / "results"
 LATEST = "latest"
 UP = "up"
 UP_STATE = "up.json"
+UP_LOCK = "up.lock"  # held by the `lab up` serving from this folder, while it runs
 
 # files of a run
 RUN_JSON = "run.json"
@@ -143,6 +144,10 @@ def up_dir(base: Path, stage: Stage) -> Path:
 
 def up_state(base: Path = RESULTS) -> Path:
     return Path(base) / UP_STATE
+
+
+def up_lock(base: Path = RESULTS) -> Path:
+    return Path(base) / UP_LOCK
 
 
 def is_run(run_dir: Path) -> bool:

@@ -9,6 +9,7 @@ down. Paths come from benchmarks/run/results.py; the command line is lab.py's.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -457,13 +458,33 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
     return {"classes": classes, "port_ranges": ranges}
 
 
+_UP_LOCKS: dict[Path, int] = {}  # results folder -> the open lock file, held until exit
+
+
 def refuse_if_up(results_dir: Path) -> None:
     """A clear error while a `lab up` serves a stage from this results folder: a second
-    stage there would empty its folder (running_stage) and share its state file."""
+    stage there would empty its folder (running_stage) and share its state file.
+
+    The state file is written only once the stage is up, so two started at once both
+    find none: an exclusive lock on `<results>/up.lock`, held by this process until it
+    exits, makes the second one say so too."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
     state = results.up_state(results_dir)
+    fd = os.open(results.up_lock(results_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        old = results.read_json(state) if state.exists() else {}
+        what = (f"stage {old['stage']} is already up (pid {old['pid']})" if old.get("pid")
+                else "another `lab up` is starting a stage")
+        raise OptionsError(f"{what} from {results.rel(results_dir)}; stop it with Ctrl-C "
+                           "first, or give this one --results OTHER_FOLDER") from None
+    _UP_LOCKS[results_dir.resolve()] = fd
     if state.exists():
         old = results.read_json(state)
-        if hosts.pid_alive(old.get("pid")):
+        if hosts.pid_alive(old.get("pid")) and old.get("pid") != os.getpid():
             raise OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
                                "stop it with Ctrl-C first")
 

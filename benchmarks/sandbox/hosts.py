@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 
 from benchmarks.stages import HOSTS, SERVER_ROLES, Host
 
+NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace
 NS_PREFIX = "ftl-"  # every namespace the lab makes: `ftl-<pid>-<tag>-<role>`
 BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")   # RFC 2544
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
@@ -199,6 +201,40 @@ def netns_available() -> tuple[bool, str]:
     if not (shutil.which("ip") or os.path.exists("/usr/sbin/ip") or os.path.exists("/sbin/ip")):
         return False, "`ip` not found (apt-get install iproute2)"
     return True, ""
+
+
+def current_lab_namespace() -> str | None:
+    """The lab namespace this process runs in (`lab exec`), or None on the machine's
+    own network: /run/netns/<name> is a bind mount of the namespace's inode."""
+    try:
+        mine = os.stat("/proc/self/ns/net")
+        names = os.listdir(NETNS_DIR)
+    except OSError:
+        return None
+    for name in names:
+        if not name.startswith(NS_PREFIX):
+            continue
+        try:
+            st = os.stat(os.path.join(NETNS_DIR, name))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return name
+    return None
+
+
+def lab_address_from_outside(hostname: str) -> str | None:
+    """The address of `hostname` in the lab's range (198.18.0.0/15) when this process
+    is not on a lab host, else None: from the machine's own network a request there
+    would leave by the default route, to whoever answers outside."""
+    try:
+        infos = socket.getaddrinfo(hostname, None, proto=socket.IPPROTO_TCP)
+    except socket.gaierror:
+        return None  # resolves to nothing: the request fails by itself, with its own error
+    for *_, sockaddr in infos:
+        if ipaddress.ip_address(sockaddr[0].split("%")[0]) in BENCHMARK_NET:
+            return sockaddr[0] if current_lab_namespace() is None else None
+    return None
 
 
 def list_lab_namespaces() -> list[str]:

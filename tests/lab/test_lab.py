@@ -239,12 +239,35 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
                    "print(urllib.request.urlopen(os.environ['LOCUST_HOST'] + '/healthz').status)",
                    timeout=30)
         assert curl.stdout.strip() == "200", curl.stderr
+        second = lab("up", "2", "--results", results, "--ui-port", str(procs.free_port()))
+        assert second.returncode == 2, second.stdout
+        assert f"stage 2 is already up (pid {proc.pid})" in second.stdout, second.stdout
+        assert hosts.owned_namespaces(second.pid) == []
     finally:
         rest = ctrl_c(proc)
     assert proc.returncode == 130, rest
     assert "everything it started is stopped" in rest
     assert leftovers(proc.pid) == []
     assert not (tmp_path / "results" / "up.json").exists()
+
+
+def test_a_second_up_while_the_first_is_still_starting_says_so(tmp_path):
+    """Two `lab up` started at once: the first has no up.json yet (it writes it once the
+    stage is up), so the second is stopped by the first's lock, whatever its --ui-port."""
+    results = tmp_path / "results"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from benchmarks.run import runner; "
+         "runner.refuse_if_up(sys.argv[1]); print('holding', flush=True); time.sleep(60)",
+         str(results)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "holding" in read_until(holder, "holding", seconds=30)
+        second = lab("up", "2", "--results", str(results), "--ui-port", str(procs.free_port()))
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert second.returncode == 2, second.stdout
+    assert "another `lab up` is starting a stage" in second.stdout, second.stdout
+    assert leftovers(second.pid) == []
 
 
 @pytest.mark.netns
