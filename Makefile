@@ -44,13 +44,18 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	@touch $@
 
+# Two pytest processes, a test file each at a time (pytest-xdist): most tests wait on
+# servers they started, and every test judges only what it started, so two files run
+# side by side. Two, not one per core: each lab stage pins its servers to one CPU.
+PYTEST_PARALLEL = -n 2 --dist loadfile
+
 # The whole suite, lint first (CI runs this).
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL)
 
-# The quick loop while editing: no load runs, no namespaces (a minute or so).
+# The quick loop while editing: no load runs.
 test-fast: setup
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

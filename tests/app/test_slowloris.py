@@ -28,7 +28,8 @@ from conftest import gunicorn_process
 from benchmarks.sandbox import nginx_conf, procs
 
 CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
-SECONDS = 12  # past the 10 s keep-alive, so the server's cut shows
+SECONDS = 12  # /healthz probed while the attack holds the connections
+CUT_WITHIN = 20  # then at most this long for the server to cut the last of them
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: lab\r\nX-Slow: "
 
 
@@ -40,9 +41,10 @@ def slow_connection(port: int) -> socket.socket:
 
 def slowloris(port: int, stop: threading.Event, cut: list[int]) -> None:
     """Keep CONNECTIONS half-sent headers open, a byte each per second, until stop; a
-    connection the server closed (readable: its EOF) is counted and opened again."""
+    connection the server closed (readable: its EOF) is counted and opened again.
+    cut: [closed by the server, of them the first CONNECTIONS opened]."""
     socks = [slow_connection(port) for _ in range(CONNECTIONS)]
-    sent = [1] * CONNECTIONS
+    sent, first = [1] * CONNECTIONS, [True] * CONNECTIONS
     try:
         while not stop.wait(1.0):
             closed = set(select.select(socks, [], [], 0)[0])
@@ -55,8 +57,9 @@ def slowloris(port: int, stop: threading.Event, cut: list[int]) -> None:
                     sent[i] += 1
                 except OSError:  # the server closed it: open another
                     cut[0] += 1
+                    cut[1] += first[i]
                     sock.close()
-                    socks[i], sent[i] = slow_connection(port), 1
+                    socks[i], sent[i], first[i] = slow_connection(port), 1, False
     finally:
         for sock in socks:
             sock.close()
@@ -89,7 +92,7 @@ def target(kind: str, redis_url: str, tmp_path):
 def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_path):
     with target(kind, redis_url, tmp_path) as url:
         port = int(url.rsplit(":", 1)[1])
-        stop, cut = threading.Event(), [0]
+        stop, cut = threading.Event(), [0, 0]
         attack = threading.Thread(target=slowloris, args=(port, stop, cut))
         attack.start()
         times, deadline = [], time.monotonic() + SECONDS
@@ -100,11 +103,17 @@ def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_p
                 assert requests.get(url + "/healthz", timeout=5).status_code == 200
                 times.append(time.monotonic() - started)
                 time.sleep(0.1)
+            # the server's 10 s run from when it accepted each connection, which on a busy
+            # box is seconds after the attack opened it: wait for the last first one
+            deadline += CUT_WITHIN
+            while cut[1] < CONNECTIONS and time.monotonic() < deadline:
+                time.sleep(0.2)
         finally:
             stop.set()
             attack.join()
     p99 = statistics.quantiles(times, n=100)[98]
     print(f"\nslowloris ({kind}): {CONNECTIONS} connections, /healthz p99 {p99 * 1000:.0f} ms,"
-          f" max {max(times) * 1000:.0f} ms over {len(times)}; {cut[0]} cut by the server")
+          f" max {max(times) * 1000:.0f} ms over {len(times)}; {cut[1]} of the first "
+          f"{CONNECTIONS} cut by the server ({cut[0]} in all)")
     assert p99 < 1.0, p99
-    assert cut[0] >= CONNECTIONS / 2, "the server never cut the slow headers"
+    assert cut[1] == CONNECTIONS, "the server left slow headers open past its timeout"
