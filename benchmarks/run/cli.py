@@ -31,6 +31,19 @@ def say(message: str = "") -> None:
     print(message, flush=True)
 
 
+def int_list(minimum: int, what: str):
+    """An argparse type: "1,2 4" -> [1, 2, 4], every value at least `minimum`."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.replace(",", " ").split()]
+        except ValueError:
+            values = []
+        if not values or min(values) < minimum:
+            raise argparse.ArgumentTypeError(f"{what} must be integers >= {minimum}: {text!r}")
+        return values
+    return parse
+
+
 def add_sandbox_options(parser: argparse.ArgumentParser, per: str = "stage") -> None:
     parser.add_argument("--sandbox", choices=options.SANDBOXES, default="auto",
                         help=f"a network namespace per {per} (root) or the host "

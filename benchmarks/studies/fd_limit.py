@@ -488,17 +488,10 @@ def table(rounds: list[dict]) -> str:
     return "\n".join(lines + notes)
 
 
-def limits(text: str) -> list[int]:
-    values = [int(x) for x in text.replace(",", " ").split()]
-    if not values or min(values) < 16:
-        raise argparse.ArgumentTypeError(f"limits must be integers >= 16: {text!r}")
-    return values
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.fd_limit", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nofile", type=limits, default=[1024, 65535],
+    p.add_argument("--nofile", type=cli.int_list(16, "limits"), default=[1024, 65535],
                    help="the server's RLIMIT_NOFILE, one round each (default 1024,65535)")
     p.add_argument("--connections", type=int, default=1500,
                    help="Socket.IO connections per round (default 1500)")

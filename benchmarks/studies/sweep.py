@@ -257,20 +257,13 @@ def write_csv(path: Path, columns, rows) -> None:
         writer.writerows(rows)
 
 
-def worker_counts(text: str) -> list[int]:
-    counts = [int(x) for x in text.replace(",", " ").split()]
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"worker counts must be positive integers: {text!r}")
-    return counts
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", default="2",
                    help="a gunicorn stage, key or slug (default 2: sync workers and a pool; "
                         "3 or 3g: eventlet or gevent)")
-    p.add_argument("--workers", type=worker_counts, default=[1, 2, 4, 8],
+    p.add_argument("--workers", type=cli.int_list(1, "worker counts"), default=[1, 2, 4, 8],
                    help="gunicorn -w values, comma separated (default 1,2,4,8)")
     p.add_argument("--repeats", type=int, default=3, help="runs per worker count (default 3)")
     p.add_argument("--duration", type=float, default=10, help="seconds measured per point")

@@ -18,7 +18,6 @@ from benchmarks.studies import sweep
 ROOT = stages.ROOT
 
 
-
 @pytest.mark.parametrize("key", ["1", "2", "3", "3g", "5"])
 def test_with_workers_changes_only_the_worker_count(key):
     stage = stages.get(key)
@@ -34,6 +33,18 @@ def test_with_workers_changes_only_the_worker_count(key):
 def test_with_workers_refuses_a_stage_without_workers():
     with pytest.raises(ValueError, match="no `-w`"):
         sweep.with_workers(stages.get("0"), 2)
+
+
+@pytest.mark.parametrize("text", ["0", "1,0", "", "2,x", "1.5"])
+def test_bad_worker_counts_are_refused_by_the_parser(text, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sweep.build_parser().parse_args(["--workers", text])
+    assert exit_.value.code == 2
+    assert f"worker counts must be integers >= 1: {text!r}" in capsys.readouterr().err
+
+
+def test_worker_counts_take_commas_and_spaces():
+    assert sweep.build_parser().parse_args(["--workers", "1,2 8"]).workers == [1, 2, 8]
 
 
 def test_summary_has_mean_and_stdev_per_worker_count():
