@@ -821,7 +821,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
     assert found[0].startswith(f"{doc}:2: `frobnicate --all`: no rule"), found[0]
     expected = {3: "unrecognized arguments: --no-such-flag", 4: "unknown stage '99'",
                 5: "unknown stage '7'", 6: "argument -t/--run-time", 7: "no user class",
-                8: "wrk has no option -z", 9: "worker counts must be positive"}
+                8: "wrk has no option -z", 9: "worker counts must be integers >= 1"}
     for line, why in expected.items():
         assert f"{doc}:{line}: " in found[line - 2] and why in found[line - 2], found[line - 2]
     assert found[-2:] == ["", ""]
