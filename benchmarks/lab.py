@@ -152,8 +152,9 @@ def cmd_up(args) -> int:
                 cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
                 say(f"  host {role:<6} {where:<18} {box.namespace(role) or 'the machine'}, "
                     f"CPUs {cpus}")
+            ui_port = listener.getsockname()[1]  # the one chosen, with --ui-port 0
             say(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
-                f"ssh -L {args.ui_port}:127.0.0.1:{args.ui_port} user@this-machine)")
+                f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
             say(f"  sampler: {results.rel(stack.dir / results.SAMPLER_CSV)}")
             say("  in another terminal: python -m benchmarks.lab exec -- ss -s "
                 "(--host app, redis or proxy for the others)")

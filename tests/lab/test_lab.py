@@ -222,10 +222,12 @@ def test_nothing_left_after_a_run(full_run):
 def test_up_exec_and_ctrl_c_clean_up(tmp_path):
     """`lab up` serves a stage until Ctrl-C; `exec` runs inside it; nothing is left."""
     results = str(tmp_path / "results")
-    proc = start_lab("up", "2", "--results", results, "--ui-port", str(procs.free_port()))
+    proc = start_lab("up", "2", "--results", results, "--ui-port", "0")  # any free port
     try:
-        seen = read_until(proc, "is up:")
+        seen = read_until(proc, "ssh -L")
         assert "is up: http://198.18.0.30:8000" in seen, seen
+        ui_port = re.search(r"web UI \(Sockets tab\): http://127\.0\.0\.1:(\d+)", seen)[1]
+        assert f"ssh -L {ui_port}:127.0.0.1:{ui_port} " in seen and ui_port != "0", seen
         # each server listens on its own host; on the client only Locust's web UI, on
         # its loopback (the machine reaches it through the lab's forward)
         listening = {host: lab("exec", "--results", results, "--host", host, "--",
