@@ -96,14 +96,9 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise options.OptionsError(f"--target needs a URL like http://host:8080, not {url!r}")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    address = hosts.lab_address_from_outside(parsed.hostname)
-    if address:
-        raise options.OptionsError(
-            f"--target {url}: {address} is in the lab's range {hosts.BENCHMARK_NET}, which "
-            "exists only on the lab's hosts; from this machine's network the request would "
-            "leave by its default route. Start a stage (python -m benchmarks.lab up 3) and "
-            "load it from its client host: python -m benchmarks.lab exec -- "
-            f"python -m benchmarks.lab run --target {url}")
+    refusal = hosts.outside_refusal(url, f"python -m benchmarks.lab run --target {url}")
+    if refusal:
+        raise options.OptionsError(f"--target {refusal}")
     runner.check_locust_args(opts)
     # its own folder name, and `results/latest` stays on the newest full run: a target
     # run has no servers to report on, so it writes no report.md or summary.csv

@@ -458,7 +458,7 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
     return {"classes": classes, "port_ranges": ranges}
 
 
-_UP_LOCKS: dict[Path, int] = {}  # results folder -> the open lock file, held until exit
+_UP_LOCKS: list[int] = []  # the open lock files, held until this process exits
 
 
 def refuse_if_up(results_dir: Path) -> None:
@@ -470,23 +470,24 @@ def refuse_if_up(results_dir: Path) -> None:
     exits, makes the second one say so too."""
     results_dir = Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    state = results.up_state(results_dir)
     fd = os.open(results.up_lock(results_dir), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _UP_LOCKS.append(fd)
+        locked = False
     except BlockingIOError:
         os.close(fd)
-        old = results.read_json(state) if state.exists() else {}
-        what = (f"stage {old['stage']} is already up (pid {old['pid']})" if old.get("pid")
-                else "another `lab up` is starting a stage")
-        raise OptionsError(f"{what} from {results.rel(results_dir)}; stop it with Ctrl-C "
-                           "first, or give this one --results OTHER_FOLDER") from None
-    _UP_LOCKS[results_dir.resolve()] = fd
-    if state.exists():
-        old = results.read_json(state)
-        if hosts.pid_alive(old.get("pid")) and old.get("pid") != os.getpid():
-            raise OptionsError(f"stage {old['stage']} is already up (pid {old['pid']}); "
-                               "stop it with Ctrl-C first")
+        locked = True
+    state = results.up_state(results_dir)
+    old = results.read_json(state) if state.exists() else {}
+    if hosts.pid_alive(old.get("pid")):
+        what = f"stage {old['stage']} is already up (pid {old['pid']})"
+    elif locked:
+        what = "another `lab up` is starting a stage"
+    else:
+        return
+    raise OptionsError(f"{what} from {results.rel(results_dir)}; stop it with Ctrl-C "
+                       "first, or give this one --results OTHER_FOLDER")
 
 
 @contextmanager

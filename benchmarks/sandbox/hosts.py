@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 from benchmarks.stages import HOSTS, SERVER_ROLES, Host
 
@@ -235,6 +236,18 @@ def lab_address_from_outside(hostname: str) -> str | None:
         if ipaddress.ip_address(sockaddr[0].split("%")[0]) in BENCHMARK_NET:
             return sockaddr[0] if current_lab_namespace() is None else None
     return None
+
+
+def outside_refusal(url: str, command: str) -> str | None:
+    """Why `command` must not send requests to `url` from here (None: it may), with
+    the `lab exec` line that runs it on a stage's client host instead."""
+    address = lab_address_from_outside(urlparse(url).hostname or "")
+    if address is None:
+        return None
+    return (f"{url}: {address} is in the lab's range {BENCHMARK_NET}, which exists only on "
+            "the lab's hosts; from this machine's network the request would leave by its "
+            "default route. Start a stage (python -m benchmarks.lab up 3) and run it on "
+            f"its client host: python -m benchmarks.lab exec -- {command}")
 
 
 def list_lab_namespaces() -> list[str]:
