@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from benchmarks.sandbox import hosts
+
 TIMEOUT = (2.0, 5.0)  # connect, read: a healthy instance answers in milliseconds
 PASSWORD = "verify-password-1234"
 
@@ -331,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="log in as the first user of this `flask seed-users` file "
                              "instead of registering one")
     args = parser.parse_args(argv)
+    refusal = hosts.outside_refusal(args.url, f"python -m benchmarks.run.verify {args.url}")
+    if refusal:
+        print(f"verify: {refusal}", file=sys.stderr)
+        return 2
 
     result = verify(args.url, users_file=args.users_file)
     if args.json_out:

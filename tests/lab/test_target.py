@@ -21,6 +21,14 @@ def test_a_target_in_the_lab_range_is_refused_from_the_machines_network(tmp_path
     assert not (tmp_path / "results").exists(), "refused before anything was made"
 
 
+def test_verify_refuses_a_lab_address_from_the_machines_network():
+    code, out = run_module("benchmarks.run.verify", "http://198.18.0.30:8000", timeout=60)
+    assert code == 2, out
+    assert "lab's range 198.18.0.0/15" in out, out
+    assert out.strip().endswith(
+        "lab exec -- python -m benchmarks.run.verify http://198.18.0.30:8000"), out
+
+
 def test_an_address_outside_the_range_is_not_the_lab_s():
     assert hosts.lab_address_from_outside("127.0.0.1") is None
     assert hosts.lab_address_from_outside("198.20.0.1") is None
