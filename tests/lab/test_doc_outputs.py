@@ -114,3 +114,12 @@ def test_captured_output_is_what_the_program_prints(where, stage, commands, capt
 def test_the_outputs_the_program_decides_are_found():
     """The stage list, two sysctl blocks and two Nginx greps at least."""
     assert len(CASES) >= 5, [c.id for c in CASES]
+
+
+def test_the_readme_counts_the_checks_of_its_reference_table():
+    """README's "every one of the N checks passed": N is the table's checks column, summed."""
+    text = (ROOT / "README.md").read_text()
+    claimed = int(re.search(r"every one of\s+the (\d+) checks passed", text)[1])
+    passed = [tuple(map(int, m)) for m in re.findall(r"\|\s*(\d+)/(\d+)\s*\|\s*$", text, re.M)]
+    assert len(passed) == len(stages.STAGES), passed
+    assert claimed == sum(total for _, total in passed) == sum(ok for ok, _ in passed)
