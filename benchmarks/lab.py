@@ -19,7 +19,6 @@ benchmarks/run/results.py's).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -42,7 +41,9 @@ def cmd_run(args) -> int:
     opts = options.from_args(args)
     if args.target:
         return cmd_run_target(args, opts)
-    opts = dataclasses.replace(opts, sandbox=cli.resolve_sandbox(opts.sandbox))
+    opts, note = options.on_sandbox(opts, cli.resolve_sandbox(opts.sandbox), args.stages)
+    if note:
+        say(f"note: {note}")
     runner.check_locust_args(opts)
     run_dir = results.new_run(opts.results)
     done, failed = run_and_report(opts, run_dir)
@@ -194,7 +195,8 @@ def cmd_list(args) -> int:
     for s in stages.STAGES:
         front = f"nginx/{s.front}" if s.front else "no proxy"
         say(f"{s.key:>2}  {s.slug}: {s.title}")
-        say(f"    {' '.join(s.server_command())}")
+        for role in s.app_roles:
+            say(f"    {' '.join(s.server_command(stages.ADDRESS[role]))}")
         say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
             f"users {' '.join(s.users)}")
         say(f"    see: {s.see}")

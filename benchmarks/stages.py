@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The topology: a host per role, each a network namespace with one address in
 # 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside for benchmarks,
 # so nothing routes it to a real network). benchmarks/sandbox/hosts.py makes them.
+# A stage uses the hosts its roles need: `app2` only where it scales out (stage 6).
 @dataclass(frozen=True)
 class Host:
     role: str
@@ -35,10 +36,12 @@ HOSTS: tuple[Host, ...] = (
     Host("client", "198.18.0.10", "Locust"),
     Host("proxy", "198.18.0.20", "Nginx, in stages with a front"),
     Host("app", "198.18.0.30", "the app server"),
+    Host("app2", "198.18.0.31", "a second app server, in stages that scale out"),
     Host("redis", "198.18.0.40", "Redis"),
 )
 ADDRESS = {h.role: h.address for h in HOSTS}
-SERVER_ROLES = ("proxy", "app", "redis")  # one CPU set; the client has the other
+APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
+SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
 # The load generator's host gets these profiles on top of the baseline (sysctl/client.conf:
 # a wide port range, so that Locust never runs out of local ports).
 CLIENT_SYSCTL = ("baseline", "client")
@@ -101,6 +104,13 @@ class Stage:
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
     env: dict = field(default_factory=dict)
+    app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
+
+    def __post_init__(self):
+        if not 1 <= self.app_hosts <= len(APP_ROLES):
+            raise ValueError(f"stage {self.key}: app_hosts must be 1-{len(APP_ROLES)}")
+        if self.app_hosts > 1 and not self.front:
+            raise ValueError(f"stage {self.key}: several app hosts need a proxy in front")
 
     @property
     def dirname(self) -> str:
@@ -112,24 +122,34 @@ class Stage:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
 
     @property
+    def app_roles(self) -> tuple[str, ...]:
+        """The app hosts: `("app",)`, or `("app", "app2")` in a stage that scales out."""
+        return APP_ROLES[:self.app_hosts]
+
+    @property
     def roles(self) -> tuple[str, ...]:
-        """The hosts this stage needs: the proxy only when it has a front."""
-        return tuple(h.role for h in HOSTS if self.front or h.role != "proxy")
+        """The hosts this stage needs: the proxy only when it has a front, `app2` only
+        when it has two app hosts."""
+        unused = {"proxy"} if not self.front else set()
+        unused |= set(APP_ROLES[self.app_hosts:])
+        return tuple(h.role for h in HOSTS if h.role not in unused)
 
     @property
     def connecting_roles(self) -> tuple[str, ...]:
         """Hosts whose outgoing connections churn, and so get the stage's `tcp_tw_reuse`
         and narrowed port range, as real servers would: the app toward Redis, and the
         proxy toward the app. The others keep the baseline."""
-        return ("proxy", "app") if self.front else ("app",)
+        return ("proxy", *self.app_roles) if self.front else self.app_roles
 
     def host_classes(self) -> dict[str, tuple[str, str, int]]:
-        """The sampler's classes on hosts: name -> (connecting host, listening host, port)."""
+        """The sampler's classes on hosts: name -> (connecting host, listening host, port);
+        several app hosts are one side of a class, joined by `+` (`app+app2`)."""
+        apps = "+".join(self.app_roles)
         if self.front:
-            return {"redis": ("app", "redis", REDIS_PORT),
-                    "upstream": ("proxy", "app", APP_PORT),
+            return {"redis": (apps, "redis", REDIS_PORT),
+                    "upstream": ("proxy", apps, APP_PORT),
                     "front": ("client", "proxy", FRONT_PORT)}
-        return {"redis": ("app", "redis", REDIS_PORT), "front": ("client", "app", APP_PORT)}
+        return {"redis": (apps, "redis", REDIS_PORT), "front": ("client", apps, APP_PORT)}
 
     def connection_classes(self, redis_port: int = REDIS_PORT, app_port: int = APP_PORT,
                            front_port: int = FRONT_PORT) -> dict[str, int]:
@@ -175,6 +195,13 @@ UPSTREAM_REUSED = _le("tw_upstream_per_request", 0.05,
                       "Nginx reuses its cached upstream connections: ~0 TIME_WAIT")
 NO_EADDRNOTAVAIL = _eq("nginx_eaddrnotavail", 0, "no connect() failure in Nginx's error log")
 NO_FAILURES = _eq("failures", 0, "every request answered")
+SPREAD_LOW = _ge("app_share_min", 0.35,
+                 "Nginx spreads the requests: each app host answers at least 35% (its access log)")
+SPREAD_HIGH = _le("app_share_max", 0.65, "and none answers more than 65%")
+DELIVERED = _eq("cross_host_delivered", 1,
+                "a message sent on one app host reaches a room member connected to the "
+                "other: the app servers share Socket.IO's rooms through Redis")
+NO_SEQ_GAPS = _eq("cross_host_seq_gaps", 0, "the member sees the room's `seq` without a gap")
 
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
@@ -220,6 +247,19 @@ STAGES: tuple[Stage, ...] = (
           sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
           see="the same as stage 5, on gevent", twin_of="5"),
+    Stage(key="6", slug="scale-out", title="two app hosts behind Nginx",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
+          checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
+                  NO_FAILURES),
+          see="the requests split over two app hosts; a Socket.IO message crosses from one "
+              "to the other through Redis"),
+    Stage(key="6g", slug="scale-out-gevent", title="two app hosts behind Nginx (gevent)",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
+          checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
+                  NO_FAILURES),
+          see="the same as stage 6, on gevent", twin_of="6"),
 )
 
 BY_KEY = {s.key: s for s in STAGES}

@@ -121,6 +121,18 @@ CATALOGUE: dict[str, Metric] = {
         "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
     "server_keepalive": Metric(f"{results.VERIFY_JSON} server_keepalive",
                                "1 when the server answered `Connection: keep-alive`, 0 if not"),
+    # stages with several app hosts (stage 6)
+    "app_share_min": Metric(f"{results.COUNT_JSON} app_hosts",
+                            "the smallest share of the measured requests one app host "
+                            "answered (its own access log)"),
+    "app_share_max": Metric(f"{results.COUNT_JSON} app_hosts",
+                            "the largest share of the measured requests one app host answered"),
+    "cross_host_delivered": Metric(
+        f"{results.DELIVERY_JSON} received, sent",
+        "the share of Socket.IO messages sent on one app host that reached a room member "
+        "connected to the other (benchmarks/run/delivery.py)"),
+    "cross_host_seq_gaps": Metric(f"{results.DELIVERY_JSON} seq_gaps",
+                                  "messages after which the member's next `seq` was not +1"),
 }
 
 
@@ -279,6 +291,25 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
 
     verify = results.read_json(stage_dir / results.VERIFY_JSON)
     m["server_keepalive"] = verify.get("server_keepalive")
+    m.update(scale_out(stage_dir))
+    return m
+
+
+def scale_out(stage_dir: Path) -> dict:
+    """How the requests split over the app hosts (count.json) and whether a Socket.IO
+    message crossed from one to the other (delivery.json); None without them."""
+    m = dict.fromkeys(("app_share_min", "app_share_max", "cross_host_delivered",
+                       "cross_host_seq_gaps"))
+    count = stage_dir / results.COUNT_JSON
+    per_host = results.read_json(count).get("app_hosts") if count.exists() else None
+    if per_host and sum(per_host.values()):
+        shares = [n / sum(per_host.values()) for n in per_host.values()]
+        m["app_share_min"], m["app_share_max"] = round(min(shares), 3), round(max(shares), 3)
+    delivery = stage_dir / results.DELIVERY_JSON
+    if delivery.exists():
+        probe = results.read_json(delivery)
+        m["cross_host_delivered"] = round(probe["received"] / probe["asked"], 3)
+        m["cross_host_seq_gaps"] = probe["seq_gaps"]
     return m
 
 
@@ -296,6 +327,24 @@ def count_answered(log: Path, offset: int = 0) -> dict:
             responses += 1
             answered += match["status"][0] in "23"
     return {"responses": responses, "answered": answered}
+
+
+def app_log_sizes(stage: Stage, stage_dir: Path) -> dict[str, int]:
+    """Where each app host's access log ends, in a stage with several ({} otherwise)."""
+    if stage.app_hosts < 2:
+        return {}
+    return {role: log_size(stage_dir / results.app_access_log(role))
+            for role in stage.app_roles}
+
+
+def app_counts(stage_dir: Path, since: dict[str, int]) -> dict:
+    """`{"app_hosts": {role: answered}}`: what each app host's access log gained since
+    `since` (app_log_sizes), for count.json; {} with one app host."""
+    if not since:
+        return {}
+    return {"app_hosts": {role: count_answered(stage_dir / results.app_access_log(role),
+                                               offset)["answered"]
+                          for role, offset in since.items()}}
 
 
 def log_size(path: Path) -> int:

@@ -10,7 +10,7 @@ what the analysis reads and drops the rest:
 - per stage:  locust_stats.csv, locust_stats_history.csv (Aggregated rows only),
               sampler.csv, metrics.json, checks.json, sysctl.json, verify.json,
               nginx/errors.json (what the checks count in Nginx's error log),
-              count.json (the server's count of answered requests)
+              count.json (the server's count of answered requests), delivery.json
 - not copied: server/Nginx/Locust logs (stage 4's error log alone is tens of MB),
               ss/netstat snapshots, users.json (seeded passwords), Redis data,
               locust_failures.csv and the rest
@@ -38,7 +38,7 @@ RUN_FILES = (results.RUN_JSON, results.SUMMARY_CSV, results.REPORT_MD)
 STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY,
                results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
                results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
-               results.COUNT_JSON)
+               results.COUNT_JSON, results.DELIVERY_JSON)
 SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
 
 

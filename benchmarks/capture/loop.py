@@ -22,7 +22,7 @@ from benchmarks.capture.kernel import (
     host_addresses,
     scan_processes,
 )
-from benchmarks.capture.tables import Component, Table, columns
+from benchmarks.capture.tables import Component, Table, columns, side_hosts
 
 
 class Sampler:
@@ -71,11 +71,11 @@ class Sampler:
             if isinstance(spec, int) or len(spec) != 3:
                 raise ValueError(f"class {name}: with hosts, (FROM, TO, PORT), not {spec!r}")
             src, dst, _ = spec
-            for host in (src, dst):
+            for host in side_hosts(src) + side_hosts(dst):
                 if host not in self.hosts:
                     raise ValueError(f"class {name}: no host {host!r}")
-            if src == dst:
-                raise ValueError(f"class {name}: FROM and TO are the same host")
+            if set(side_hosts(src)) & set(side_hosts(dst)):
+                raise ValueError(f"class {name}: FROM and TO share a host")
         addresses = {}
         for host, netns in self.hosts.items():
             if not os.path.exists(os.path.join(NETNS_DIR, netns)):
@@ -87,10 +87,12 @@ class Sampler:
                                  "besides loopback")
         tables = {host: Table(host, netns, self.backend) for host, netns in self.hosts.items()}
         for i, (src, dst, port) in enumerate(self.classes.values()):
-            for peer in addresses[dst]:
-                tables[src].add(port, peer, i, "client")
-            for peer in addresses[src]:
-                tables[dst].add(port, peer, i, "server")
+            for a in side_hosts(src):
+                for b in side_hosts(dst):
+                    for peer in addresses[b]:
+                        tables[a].add(port, peer, i, "client")
+                    for peer in addresses[a]:
+                        tables[b].add(port, peer, i, "server")
         return list(tables.values())
 
     def close(self) -> None:

@@ -21,7 +21,9 @@ Two ways to count sockets:
                   app host. A class is a host pair and a port: `front=client,
                   app:8000` counts connections from the client host to port
                   8000 of the app host, matched by the addresses at both ends
-                  (read from the hosts' interfaces at the start): a warm-up
+                  (read from the hosts' interfaces at the start); a side may
+                  be several hosts joined by `+` (`redis=app+app2,redis:6379`,
+                  stage 6's two app hosts). A warm-up
                   from elsewhere, or a probe on the app host's own loopback,
                   is in no class. It stops by itself once a host's namespace
                   is deleted.

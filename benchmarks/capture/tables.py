@@ -124,7 +124,13 @@ def parse_classes(specs: Iterable[str]) -> dict[str, int]:
     return classes
 
 
-_PAIR = re.compile(r"^([A-Za-z][A-Za-z0-9_]*),([A-Za-z][A-Za-z0-9_]*):(\d+)$")
+_SIDE = r"([A-Za-z][A-Za-z0-9_]*(?:\+[A-Za-z][A-Za-z0-9_]*)*)"
+_PAIR = re.compile(rf"^{_SIDE},{_SIDE}:(\d+)$")
+
+
+def side_hosts(side: str) -> list[str]:
+    """A class's side, one host or several joined by `+`: "app+app2" -> ["app", "app2"]."""
+    return side.split("+")
 
 
 def parse_host_classes(specs: Iterable[str], hosts: Iterable[str]
@@ -132,7 +138,8 @@ def parse_host_classes(specs: Iterable[str], hosts: Iterable[str]
     """["front=client,app:8000"] -> {"front": ("client", "app", 8000)}.
 
     A class between hosts: connections from host `client` to port 8000 of
-    host `app` (FROM and TO among `hosts`).
+    host `app` (FROM and TO among `hosts`). A side may be several hosts joined
+    by `+` (`redis=app+app2,redis:6379`: from either app host).
     """
     hosts = list(hosts)
     classes: dict[str, tuple[str, str, int]] = {}
@@ -146,12 +153,12 @@ def parse_host_classes(specs: Iterable[str], hosts: Iterable[str]
         src, dst, port = pair.group(1), pair.group(2), int(pair.group(3))
         if not 0 < port < 65536:
             raise ValueError(f"--class {spec!r}: port out of range")
-        for host in (src, dst):
+        for host in side_hosts(src) + side_hosts(dst):
             if host not in hosts:
                 raise ValueError(f"--class {spec!r}: no --host {host} (hosts: "
                                  f"{', '.join(hosts) or 'none'})")
-        if src == dst:
-            raise ValueError(f"--class {spec!r}: FROM and TO are the same host")
+        if set(side_hosts(src)) & set(side_hosts(dst)):
+            raise ValueError(f"--class {spec!r}: FROM and TO share a host")
         if name in classes:
             raise ValueError(f"--class {name} given twice")
         if name == "total":

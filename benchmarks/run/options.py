@@ -9,7 +9,7 @@ a traceback after the servers came up.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import stages
@@ -59,6 +59,11 @@ class RunOptions:
             raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
         if self.sandbox not in SANDBOXES:
             raise OptionsError(f"--sandbox must be one of {', '.join(SANDBOXES)}")
+        several = [s.key for s in self.stages if s.app_hosts > 1]
+        if self.sandbox == "host" and several:
+            raise OptionsError(f"stage(s) {', '.join(several)} run two app hosts, which need "
+                               "--sandbox netns (root and iproute2); leave them out of "
+                               "--stages on the host")
         self.placement  # noqa: B018 - a CPU set this machine does not have fails here
 
     @property
@@ -80,6 +85,18 @@ class RunOptions:
                 "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
                 "sandbox": self.sandbox,
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
+
+
+def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
+    """`opts` on the sandbox `auto` resolved to, and a note. On the host, `--stages all`
+    leaves out the stages with several app hosts (they need network namespaces);
+    named there, they are refused (RunOptions)."""
+    several = [s.key for s in opts.stages if s.app_hosts > 1]
+    if sandbox != "host" or spec.strip() != "all" or not several:
+        return replace(opts, sandbox=sandbox), None
+    kept = tuple(s for s in opts.stages if s.app_hosts == 1)
+    return (replace(opts, sandbox=sandbox, stages=kept),
+            f"stage(s) {', '.join(several)} left out: two app hosts need network namespaces")
 
 
 def select_stages(spec: str) -> tuple[Stage, ...]:

@@ -69,6 +69,7 @@ NGINX_ERROR_LOG = "nginx/error.log"
 NGINX_ERRORS = "nginx/errors.json"
 NGINX_ACCESS_LOG = "nginx/access.log"
 APP_ACCESS_LOG = "access.log"
+DELIVERY_JSON = "delivery.json"  # benchmarks/run/delivery.py's probe, stages with two app hosts
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
 SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
@@ -127,6 +128,12 @@ def new_run(base: Path = RESULTS, suffix: str | None = None) -> Path:
 
 def stage_dir(run_dir: Path, stage: Stage) -> Path:
     return Path(run_dir) / stage.dirname
+
+
+def app_access_log(role: str) -> str:
+    """The access log of the app server on host `role`: `access.log` (`app`),
+    `app2-access.log` (`app2`)."""
+    return APP_ACCESS_LOG if role == "app" else f"{role}-{APP_ACCESS_LOG}"
 
 
 def count_log(stage: Stage) -> str:

@@ -31,6 +31,7 @@ import psutil
 from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import loop
+from benchmarks.capture.tables import side_hosts
 from benchmarks.run import cli, locust_cli, progress, results
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.options import OptionsError, RunOptions
@@ -106,14 +107,14 @@ class Stack:
     def url(self) -> str:
         return self.box.entry_url
 
-    def app_env(self) -> dict:
+    def app_env(self, role: str = "app") -> dict:
         # The lab measures connection handling, not the password hash: seeded users get
         # a cheap one, so their logins at the start of a run don't fill the latency tail
         # (the app's default, scrypt, costs tens of ms of CPU per login).
         # gunicorn reads GUNICORN_CMD_ARGS besides its command line, so the stage's command
         # stays the one the docs show: an access log in the shape metrics.REQUEST_LINE reads
         # (the lab's independent count of answered requests).
-        access_log = shlex.join(["--access-logfile", str(self.dir / results.APP_ACCESS_LOG),
+        access_log = shlex.join(["--access-logfile", str(self.dir / results.app_access_log(role)),
                                  "--access-logformat", '"%(r)s" %(s)s'])
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
         return procs.child_env(FLASK_REDIS_URL=redis,
@@ -138,12 +139,15 @@ class Stack:
         redis_dir.mkdir(exist_ok=True)
         self._start("redis", "redis", procs.redis_command(
             self.box.port("redis"), redis_dir, host=self.box.address("redis")))
-        server = self.stage.server_command(self.box.address("app"), self.box.port("app"))
-        self._start("app", "app", [procs.tool(server[0]), *server[1:]], self.app_env())
-        self.wait_for_health(f"{self.box.url('app')}/healthz")
+        apps = self.stage.app_roles
+        for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
+            server = self.stage.server_command(self.box.address(role), self.box.port(role))
+            self._start(role, role, [procs.tool(server[0]), *server[1:]], self.app_env(role))
+        for role in apps:
+            self.wait_for_health(f"{self.box.url(role)}/healthz")
         if self.stage.front:
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
-                                     app=(self.box.address("app"), self.box.port("app")),
+                                     apps=[(self.box.address(r), self.box.port(r)) for r in apps],
                                      front=(self.box.address("proxy"), self.box.port("proxy")))
             checked = nginx_conf.check(conf, self.box.prefix("proxy"))
             if checked.returncode != 0:
@@ -204,6 +208,20 @@ def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
         log = (stage_dir / "verify.log").read_text(errors="replace")[-2000:]
         raise StageFailed(f"the endpoints at {url} did not answer correctly:\n{log}")
     return result
+
+
+def probe_delivery(box: sandbox.Sandbox, stage: Stage, stage_dir: Path,
+                   users_file: Path) -> None:
+    """benchmarks/run/delivery.py from the client host: messages sent on the first app
+    host, counted on the second (delivery.json, which the checks read)."""
+    log = stage_dir / "delivery.log"
+    code = procs.run_quiet([*box.prefix("client"), sys.executable, "-m",
+                            "benchmarks.run.delivery", *(box.url(r) for r in stage.app_roles[:2]),
+                            "--users-file", str(users_file),
+                            "--json", str(stage_dir / results.DELIVERY_JSON)],
+                           procs.child_env(), log, timeout=60)
+    last = (log.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
+    say(f"  {last}" if code in (0, 1) else f"  delivery probe failed (exit {code}): {last}")
 
 
 def socketio_users(opts: RunOptions, user_classes) -> int:
@@ -415,12 +433,17 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
                                  f"{v.get(PORT_RANGE)}"
                                  for role, v in sysctls.items() if role in stage.connecting_roles))
             shown.phase("measuring")
+            apps_from = metrics.app_log_sizes(stage, stage_dir)
             count_from = measure(load, stage_dir, users_file, opts, stage.users)
+            apps = metrics.app_counts(stage_dir, apps_from)
+            if stage.app_hosts > 1:
+                shown.phase("a Socket.IO message from one app host to the other")
+                probe_delivery(box, stage, stage_dir, users_file)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {
         "log": results.count_log(stage), "from_byte": count_from,
-        **metrics.count_answered(load.count_log, count_from)})
+        **metrics.count_answered(load.count_log, count_from), **apps})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     say_outcome(result, checks)
@@ -449,10 +472,7 @@ def say_outcome(result: dict, checks: list[dict]) -> None:
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
     """sockets.json: the classes (connecting host, listening host, port) and each host's
     local port range, for benchmarks/sockets_tab/stats.py."""
-    ports = {"redis": box.port("redis"), "app": box.port("app")}
-    if stage.front:
-        ports["proxy"] = box.port("proxy")
-    classes = {name: (src, dst, ports[dst]) for name, (src, dst, _) in
+    classes = {name: (src, dst, box.port(side_hosts(dst)[0])) for name, (src, dst, _) in
                stage.host_classes().items()}
     ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
     return {"classes": classes, "port_ranges": ranges}

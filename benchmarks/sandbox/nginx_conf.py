@@ -1,12 +1,14 @@
 """Render the real Nginx configs in nginx/ for one stage, and check them with `nginx -t`.
 
-The files use at-sign placeholders such as `@APP_PORT@` (Nginx's own syntax already uses `$name`).
+The files use at-sign placeholders such as `@FRONT_PORT@` (Nginx's own syntax already uses
+`$name`); `@APP_SERVERS@` becomes one upstream `server` line per app host.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.sandbox import procs
@@ -16,13 +18,17 @@ NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root
               "or run `make setup`.")
 
 
-def render(template: str, run_dir: Path, app: tuple[str, int],
+def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
            front: tuple[str, int]) -> Path:
-    """Write nginx/<template> filled in for this run to run_dir/nginx.conf: the app's
-    (address, port) upstream, Nginx's own (address, port) to listen on."""
-    text = (ROOT / "nginx" / template).read_text()
-    values = {"RUN_DIR": str(run_dir), "APP_HOST": app[0], "APP_PORT": str(app[1]),
-              "FRONT_HOST": front[0], "FRONT_PORT": str(front[1])}
+    """Write nginx/<template> filled in for this run to run_dir/nginx.conf: the app
+    hosts' (address, port) as the upstream's servers, Nginx's own (address, port) to
+    listen on."""
+    if not apps:
+        raise ValueError("an upstream needs at least one app server")
+    text = re.sub(r"^( *)@APP_SERVERS@$",
+                  lambda m: "\n".join(f"{m[1]}server {host}:{port};" for host, port in apps),
+                  (ROOT / "nginx" / template).read_text(), flags=re.M)
+    values = {"RUN_DIR": str(run_dir), "FRONT_HOST": front[0], "FRONT_PORT": str(front[1])}
     for name, value in values.items():
         text = text.replace(f"@{name}@", value)
     left = re.findall(r"@[A-Z_]+@", text)

@@ -114,8 +114,8 @@ class Sandbox:
         self.notes: list[str] = []
         self.network = None
         if mode == "netns":
-            self.ports = {"redis": stages.REDIS_PORT, "app": stages.APP_PORT,
-                          "proxy": stages.FRONT_PORT}
+            self.ports = {"redis": stages.REDIS_PORT, "proxy": stages.FRONT_PORT,
+                          **{role: stages.APP_PORT for role in stages.APP_ROLES}}
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
@@ -124,6 +124,9 @@ class Sandbox:
                                          sysctls=self.wanted,
                                          cpus=self.placement.cpus(self.roles))
         else:
+            if stage.app_hosts > 1:
+                raise SandboxError(f"stage {stage.key} runs {stage.app_hosts} app hosts: it "
+                                   "needs --sandbox netns (root and iproute2)")
             self.ports = {"redis": procs.free_port(), "app": procs.free_port(),
                           "proxy": procs.free_port()}
             self.wanted = {role: stages.stage_sysctls(stage) for role in self.roles}

@@ -76,7 +76,7 @@ def target(kind: str, redis_url: str, tmp_path):
             return
         front = ("127.0.0.1", procs.free_port())
         conf = nginx_conf.render("upstream-keepalive.conf", tmp_path / "nginx",
-                                 app=("127.0.0.1", int(url.rsplit(":", 1)[1])), front=front)
+                                 apps=[("127.0.0.1", int(url.rsplit(":", 1)[1]))], front=front)
         nginx = procs.start(nginx_conf.command(conf), log=tmp_path / "nginx.out")
         try:
             procs.wait_for_port(front[1], proc=nginx, timeout=10)

@@ -69,8 +69,8 @@ def expected(stage, commands, tmp: Path) -> list[str] | None:
         elif NGINX_GREP.search(c.text):
             pattern, dirname = NGINX_GREP.search(c.text).groups()
             shown = next(s for s in stages.STAGES if s.dirname == dirname)
-            conf = nginx_conf.render(shown.front, tmp / dirname,
-                                     app=(stages.ADDRESS["app"], stages.APP_PORT),
+            apps = [(stages.ADDRESS[role], stages.APP_PORT) for role in shown.app_roles]
+            conf = nginx_conf.render(shown.front, tmp / dirname, apps=apps,
                                      front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
             lines += subprocess.run(f"grep -nE {pattern} {conf}", shell=True,
                                     capture_output=True, text=True).stdout.splitlines()

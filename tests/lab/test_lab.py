@@ -58,7 +58,7 @@ def leftovers(pid: int) -> list[str]:
 @pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.front], ids=lambda s: s.key)
 def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
     # `nginx -t` binds its listen address: on the machine, loopback on a free port
-    conf = nginx_conf.render(stage.front, tmp_path, app=("127.0.0.1", stages.APP_PORT),
+    conf = nginx_conf.render(stage.front, tmp_path, apps=[("127.0.0.1", stages.APP_PORT)],
                              front=("127.0.0.1", procs.free_port()))
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr

@@ -442,6 +442,7 @@ FLOWS = [
     ("app", "redis", 6379, 12, 7, 3),          # class redis
     ("app", "127.0.0.1", 8000, 9, 0, 2),       # the app host's own loopback: no class
     ("proxy", "app", 8000, 5, 6, 1),           # another host to the app's port: no class
+    ("app2", "redis", 6379, 4, 3, 2),          # the second app host: class redis by app+app2
 ]
 HOST_CLASSES = {"front": ("client", "app", 8000), "redis": ("app", "redis", 6379)}
 
@@ -484,8 +485,9 @@ def host_scene(tmp_path_factory):
 
 # what each host's table holds, by the FLOWS (wait_for_port's probes add one
 # client-first TIME_WAIT on the app and the redis host, over their own addresses)
-EXPECTED_TW = {"client": 30, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "redis": 7 + 1}
-EXPECTED_ESTAB = {"client": 4, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "redis": 3}
+EXPECTED_TW = {"client": 30, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "app2": 4,
+               "redis": 7 + 3 + 1}
+EXPECTED_ESTAB = {"client": 4, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "app2": 2, "redis": 3 + 2}
 
 
 @pytest.mark.netns
@@ -504,13 +506,14 @@ def test_hosts_each_table_by_host_pair(host_scene):
     assert header == [
         "ts", "elapsed_s", "tw_total", "estab_total",
         "tw_total_client", "estab_total_client", "tw_total_proxy", "estab_total_proxy",
-        "tw_total_app", "estab_total_app", "tw_total_redis", "estab_total_redis",
+        "tw_total_app", "estab_total_app", "tw_total_app2", "estab_total_app2",
+        "tw_total_redis", "estab_total_redis",
         "tw_front", "tw_front_client", "tw_front_server", "estab_front",
         "tw_redis", "tw_redis_client", "tw_redis_server", "estab_redis",
         "cpu_sampler", "rss_mb_sampler"]
     assert 3 <= len(rows) <= 5
     for row in rows:
-        got = {c: int(row[c]) for c in header[2:20]}
+        got = {c: int(row[c]) for c in header[2:22]}
         assert got == {
             "tw_total": sum(EXPECTED_TW.values()), "estab_total": sum(EXPECTED_ESTAB.values()),
             **{f"tw_total_{h}": n for h, n in EXPECTED_TW.items()},
@@ -532,6 +535,27 @@ def test_hosts_each_table_by_host_pair(host_scene):
                                   check=True).stdout.splitlines())
     assert app_tw("sport", "=", ":8000") == 20 + 6
     assert app_tw("dport", "=", ":8000") == 9 + 1
+
+
+@pytest.mark.netns
+def test_a_class_side_of_several_hosts_counts_each_of_them(host_scene):
+    """`redis=app+app2,redis:6379` (stage 6's two app hosts): both flows to Redis."""
+    net, work = host_scene
+    out = work / "both.csv"
+    cmd = loop.command(out, {"redis": ("app+app2", "redis", 6379)}, {}, interval=0.5,
+                       duration=1.0, hosts=net.names())
+    assert "redis=app+app2,redis:6379" in cmd
+    proc = procs.start(cmd, log=work / "both.log", cwd=ROOT)
+    try:
+        assert proc.wait(timeout=30) == 0, (work / "both.log").read_text()
+    finally:
+        procs.stop(proc)
+    _, rows = read_csv(out)
+    assert rows
+    for row in rows:
+        assert {c: int(row[c]) for c in ("tw_redis_client", "tw_redis_server",
+                                         "estab_redis")} == {
+            "tw_redis_client": 12 + 4, "tw_redis_server": 7 + 3, "estab_redis": 3 + 2}, row
 
 
 @pytest.mark.netns
@@ -595,6 +619,11 @@ def test_hosts_arguments():
         "client": "ftl-1-a-client", "app": "ftl-1-a-app"}
     assert tables.parse_host_classes(["front=client,app:8000"], ["client", "app"]) == {
         "front": ("client", "app", 8000)}
+    assert tables.parse_host_classes(["redis=app+app2,redis:6379"], ["app", "app2", "redis"]
+                                     ) == {"redis": ("app+app2", "redis", 6379)}
+    for bad in (["redis=app+app2,app2:6379"], ["redis=app+,redis:1"], ["redis=app+db,redis:1"]):
+        with pytest.raises(ValueError):
+            tables.parse_host_classes(bad, ["app", "app2", "redis"])
     for bad in (["front=8000"], ["front=client>app:8000"], ["front=client,db:8000"],
                 ["front=app,app:8000"], ["front=client,app:0"], ["total=client,app:1"],
                 ["f=client,app:1", "f=app,client:2"]):
