@@ -23,7 +23,7 @@ from benchmarks.capture import csvfile
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
-COMPONENTS = ("app", "redis", "nginx", "sampler", "locust")  # the sampler's, as plotted
+COMPONENTS = ("app", "app2", "redis", "nginx", "sampler", "locust")  # the sampler's, as plotted
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ CLASS_COLORS = {"redis": "#d62728", "upstream": "#9467bd", "front": "#1f77b4"}
 # markers and dashes too, so two classes with the same counts (stage 1) stay apart
 CLASS_MARKERS = {"redis": "o", "upstream": "s", "front": "^"}
 CLASS_DASHES = {"redis": "-", "upstream": "-", "front": "--"}
-COMPONENT_COLORS = {"app": "#1f77b4", "redis": "#d62728", "nginx": "#2ca02c",
+COMPONENT_COLORS = {"app": "#1f77b4", "app2": "#aec7e8", "redis": "#d62728", "nginx": "#2ca02c",
                     "sampler": "#7f7f7f", "locust": "#ff7f0e"}
 OK_COLOR, FAIL_COLOR = "#2ca02c", "#d62728"
 DPI = 100

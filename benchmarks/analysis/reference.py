@@ -1,6 +1,7 @@
 """Copy a small, curated subset of a real lab run into notebooks/reference-run/.
 
     python -m benchmarks.analysis.reference RUN_DIR       # e.g. results/latest after `make lab`
+    python -m benchmarks.analysis.reference RUN_DIR --add # its stages added to the copy
 
 The notebooks and docs read `notebooks/reference-run/` when there is no
 `results/latest`, so a fresh clone has real numbers to look at. The copy keeps
@@ -15,7 +16,12 @@ what the analysis reads and drops the rest:
               ss/netstat snapshots, users.json (seeded passwords), Redis data,
               locust_failures.csv and the rest
 
-RUN_DIR itself is only read. notebooks/reference-run/ is replaced as a whole.
+RUN_DIR itself is only read. notebooks/reference-run/ is replaced as a whole,
+or, with `--add`, keeps its other stages: RUN_DIR's stages replace theirs,
+`run.json` lists them under `added` (when, which commit, which stages), and
+every stage's metrics.json and checks.json are computed again from the
+copied files (a metric added since gets its value, None where it does not
+apply).
 `report.md`, `summary.csv` and the plots are written again by
 benchmarks/analysis/report.py from the copied files, so their links and numbers match
 the copy. The command ends with the copy's size (it should stay well under 1 MB).
@@ -27,6 +33,7 @@ import argparse
 import csv
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from benchmarks import stages
@@ -92,6 +99,39 @@ def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
     return sorted(p for p in dest.rglob("*") if p.is_file())
 
 
+def add(run_dir: Path, dest: Path = DEST) -> list[Path]:
+    """Add run_dir's stages to the reference in dest (see the module docstring)."""
+    run_dir = Path(run_dir).resolve()
+    if not results.is_run(dest):
+        raise FileNotFoundError(f"{dest} holds no reference run to add to")
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / "fresh"
+        copy(run_dir, fresh)
+        new = results.run_info(fresh)
+        info = results.run_info(dest)
+        keys = list(new.get("stages", {}))
+        for stage, _ in results.present_stages(fresh):
+            target = results.stage_dir(dest, stage)
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(results.stage_dir(fresh, stage), target)
+    info["stages"].update(new["stages"])
+    order = [s.key for s in stages.STAGES]
+    info["stages"] = dict(sorted(info["stages"].items(), key=lambda kv: order.index(kv[0])))
+    info["parameters"]["stages"] = list(info["stages"])
+    info.setdefault("added", []).append({"started": new.get("started"),
+                                         "git_commit": new.get("git_commit"),
+                                         "parameters": new.get("parameters"), "stages": keys})
+    results.write_json(dest / results.RUN_JSON, info)
+    for stage, folder in results.present_stages(dest):
+        if (folder / results.METRICS_JSON).exists():
+            result = metrics.compute(folder, stage)
+            results.write_json(folder / results.METRICS_JSON, result)
+            results.write_json(folder / results.CHECKS_JSON, metrics.evaluate(stage, result))
+    report.write(dest)
+    return sorted(p for p in dest.rglob("*") if p.is_file())
+
+
 def size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
@@ -100,13 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.analysis.reference",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path, help="the lab run to copy, e.g. results/latest")
+    p.add_argument("--add", action="store_true",
+                   help="add its stages to the reference instead of replacing it")
     return p
 
 
 def main(argv=None) -> int:
-    run_dir = build_parser().parse_args(argv).run_dir
+    args = build_parser().parse_args(argv)
     try:
-        files = copy(run_dir)
+        files = add(args.run_dir) if args.add else copy(args.run_dir)
     except (FileNotFoundError, ValueError) as e:
         print(f"reference: {e}")
         return 2

@@ -148,7 +148,9 @@ def write(run_dir: Path) -> None:
         f"Started {info.get('started')}; "
         f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users, "
         f"sandbox `{params.get('sandbox')}`; kernel {info.get('kernel')}, "
-        f"{info.get('cores')} cores, commit `{info.get('git_commit')}`.",
+        f"{info.get('cores')} cores, commit `{info.get('git_commit')}`." + "".join(
+            f" Stage(s) {', '.join(a['stages'])} added from the run of {a['started']}, "
+            f"commit `{a['git_commit']}`." for a in info.get("added", [])),
         "",
         "TW = peak TIME_WAIT sockets of each connection class: `redis` app to Redis, "
         "`upstream` Nginx to app, `front` client to the entry point. RPS = answered HTTP "

@@ -12,9 +12,9 @@ import sys
 from contextlib import ExitStack
 
 import pytest
+from conftest import gunicorn_process, run_module
 
 from benchmarks.stages import ROOT
-from tests.conftest import gunicorn_process, run_module
 
 MESSAGES = 10
 

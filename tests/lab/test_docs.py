@@ -133,8 +133,10 @@ TWINS = [s for s in stages.STAGES if s.twin_of is not None]
 
 
 def lab_path(stage: stages.Stage) -> Path:
-    """exercises/01-builtin.md for stage 0, ... (the number is the key plus one)."""
-    return EXERCISES / f"{int(stage.key) + 1:02d}-{stage.slug}.md"
+    """exercises/01-builtin.md for stage 0, 10-scale-out.md for stage 6: the lab named
+    after the stage's slug (`NN-<slug>.md`)."""
+    found = sorted(EXERCISES.glob(f"[0-9][0-9]-{stage.slug}.md"))
+    return found[0] if found else EXERCISES / f"NN-{stage.slug}.md"
 
 
 def lab_files() -> list[Path]:

@@ -22,7 +22,7 @@ from conftest import ctrl_c, need_browser, read_until
 from benchmarks import lab as lab_cli
 from benchmarks import stages
 from benchmarks.analysis import metrics
-from benchmarks.run import runner
+from benchmarks.run import options, runner
 from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.sockets_tab import headless, stage_shot
 
@@ -383,6 +383,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--spawn-rate", "0"], "--spawn-rate must be above 0"),
     (["--stages", ""], "--stages is empty"),
     (["--stages", "9"], "unknown stage '9'"),
+    (["--stages", "5,6", "--sandbox", "host"], "stage(s) 6 run two app hosts, which need "
+                                               "--sandbox netns"),
     (["--locust-args", "'unbalanced"], "No closing quotation"),
     (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
 ])
@@ -392,6 +394,21 @@ def test_bad_run_options_are_refused_before_anything_starts(tmp_path, args, says
     assert says in result.stdout, result.stdout
     assert not any(tmp_path.iterdir()), "no results folder for a run that never started"
     assert leftovers(result.pid) == []
+
+
+def test_host_mode_leaves_the_stages_with_two_app_hosts_out_of_all():
+    """`--stages all` on the host (no namespaces) runs every stage it can, and says which
+    it left out; a stage with two app hosts cannot be declared without a proxy."""
+    opts = options.RunOptions(stages=tuple(stages.STAGES), sandbox="netns")
+    on_host, note = options.on_sandbox(opts, "host", "all")
+    assert [s.key for s in on_host.stages] == [s.key for s in stages.STAGES
+                                               if s.app_hosts == 1]
+    assert "6, 6g left out" in note
+    assert options.on_sandbox(opts, "netns", "all") == (opts, None)
+    with pytest.raises(ValueError, match="need a proxy in front"):
+        stages.Stage(key="7", slug="x", title="x", server=stages.GUNICORN_SYNC,
+                     redis_mode="pool", front=None, sysctl=("baseline",), users=("ChatUser",),
+                     checks=(), see="x", app_hosts=2)
 
 
 @pytest.mark.netns

@@ -185,3 +185,29 @@ def test_reference_counts_nginx_errors_of_a_run_that_kept_only_the_log(tmp_path,
         "eaddrnotavail": 3}
     assert not (dest / "04-nginx-proxy" / results.NGINX_ERROR_LOG).exists()
     assert not (stage_dir / results.NGINX_ERRORS).exists()  # the run itself is only read
+
+
+def test_reference_add_puts_a_runs_stages_beside_the_others(tmp_path, run_copy):
+    """`reference RUN --add`: the run's stages replace theirs, the others stay, run.json
+    says where the added ones came from, and every stage's metrics are computed again."""
+    dest = tmp_path / "reference-run"
+    shutil.copytree(REFERENCE, dest)
+    keep_only(dest, {"0", "2"})
+    keep_only(run_copy, {"4"})
+    info = json.loads((run_copy / "run.json").read_text())
+    info["git_commit"] = "f" * 40
+    (run_copy / "run.json").write_text(json.dumps(info))
+    metrics_0 = results.read_json(dest / "00-builtin" / results.METRICS_JSON)
+    (dest / "00-builtin" / results.METRICS_JSON).write_text('{"stale": 1}')
+
+    reference.add(run_copy, dest)
+
+    assert stage_folders(dest) == ["00-builtin", "02-connection-pool", "04-nginx-proxy"]
+    merged = results.run_info(dest)
+    assert list(merged["stages"]) == ["0", "2", "4"] == merged["parameters"]["stages"]
+    assert merged["added"][-1]["stages"] == ["4"]
+    assert merged["added"][-1]["git_commit"] == "f" * 40
+    assert results.read_json(dest / "00-builtin" / results.METRICS_JSON) == {
+        **metrics_0, **{k: None for k in metrics.CATALOGUE if k not in metrics_0}}
+    keys = [row["stage"] for row in read_summary(dest)[1]]
+    assert keys == ["00-builtin", "02-connection-pool", "04-nginx-proxy"]
