@@ -134,6 +134,15 @@ def in_netns(ns: str, *cmd: str) -> str:
                           check=True, cwd=ROOT, timeout=30).stdout
 
 
+def run_to_end(cmd: list[str], log: Path, timeout: float) -> None:
+    """A sampler command that stops by itself (--duration); it must exit 0."""
+    proc = procs.start(cmd, log=log, cwd=ROOT)
+    try:
+        assert proc.wait(timeout=timeout) == 0, log.read_text()
+    finally:
+        procs.stop(proc)
+
+
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     text = path.read_text()
     assert text.endswith("\n"), "a torn last row"
@@ -149,11 +158,7 @@ def sampled(scene):
     cmd = loop.command(out, {"front": PORT, "other": PORT + 1, "bulk": PORT + 2,
                                 "six": PORT + 3}, {"helper": helper.pid},
                           interval=0.5, duration=2.0, netns=ns)
-    proc = procs.start(cmd, log=work / "sampled.log", cwd=ROOT)
-    try:
-        assert proc.wait(timeout=20) == 0, (work / "sampled.log").read_text()
-    finally:
-        procs.stop(proc)
+    run_to_end(cmd, work / "sampled.log", timeout=20)
     header, rows = read_csv(out)
     return out, header, rows
 
@@ -497,11 +502,7 @@ def test_hosts_each_table_by_host_pair(host_scene):
     cmd = loop.command(out, HOST_CLASSES, {}, interval=0.5, duration=2.0,
                           hosts=net.names())
     assert "--host" in cmd and "front=client,app:8000" in cmd
-    proc = procs.start(cmd, log=work / "hosts.log", cwd=ROOT)
-    try:
-        assert proc.wait(timeout=30) == 0, (work / "hosts.log").read_text()
-    finally:
-        procs.stop(proc)
+    run_to_end(cmd, work / "hosts.log", timeout=30)
     header, rows = read_csv(out)
     assert header == [
         "ts", "elapsed_s", "tw_total", "estab_total",
@@ -545,11 +546,7 @@ def test_a_class_side_of_several_hosts_counts_each_of_them(host_scene):
     cmd = loop.command(out, {"redis": ("app+app2", "redis", 6379)}, {}, interval=0.5,
                        duration=1.0, hosts=net.names())
     assert "redis=app+app2,redis:6379" in cmd
-    proc = procs.start(cmd, log=work / "both.log", cwd=ROOT)
-    try:
-        assert proc.wait(timeout=30) == 0, (work / "both.log").read_text()
-    finally:
-        procs.stop(proc)
+    run_to_end(cmd, work / "both.log", timeout=30)
     _, rows = read_csv(out)
     assert rows
     for row in rows:
