@@ -222,13 +222,8 @@ def cmd_clean(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    defaults = options.RunOptions()
-
-    run = sub.add_parser("run", help="run stages and write a results folder")
+def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
+    """`lab run`'s options (options.from_args reads them)."""
     run.add_argument("--stages", default="all", help="all, or keys/slugs: 0,1,2 or 3g")
     run.add_argument("--duration", type=float, default=defaults.duration,
                      help="seconds measured per stage")
@@ -247,10 +242,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--target", help="load only this URL (a stack that runs elsewhere)")
     run.add_argument("--user-classes", default="ChatUser",
                      help="with --target: Locust user classes, comma separated")
+    run.add_argument("--client-hosts", type=int, default=defaults.client_hosts,
+                     help="load hosts: with 2, Locust's master on `client` and a worker on "
+                          "`client` and `client2` (Locust's own distributed mode)")
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    defaults = options.RunOptions()
+
+    run = sub.add_parser("run", help="run stages and write a results folder")
+    add_run_arguments(run, defaults)
     cli.add_sandbox_options(run)
     run.set_defaults(func=cmd_run)
 

@@ -33,7 +33,8 @@ class Host:
 
 
 HOSTS: tuple[Host, ...] = (
-    Host("client", "198.18.0.10", "Locust"),
+    Host("client", "198.18.0.10", "Locust (its master, with --client-hosts 2)"),
+    Host("client2", "198.18.0.11", "a second Locust worker, with --client-hosts 2"),
     Host("proxy", "198.18.0.20", "Nginx, in stages with a front"),
     Host("app", "198.18.0.30", "the app server"),
     Host("app2", "198.18.0.31", "a second app server, in stages that scale out"),
@@ -41,6 +42,7 @@ HOSTS: tuple[Host, ...] = (
 )
 ADDRESS = {h.role: h.address for h in HOSTS}
 APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
+CLIENT_ROLES = ("client", "client2")  # the load hosts: a run with --client-hosts N, the first N
 SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
 # The load generator's host gets these profiles on top of the baseline (sysctl/client.conf:
 # a wide port range, so that Locust never runs out of local ports).
@@ -131,8 +133,13 @@ class Stage:
         """The hosts this stage needs: the proxy only when it has a front, `app2` only
         when it has two app hosts."""
         unused = {"proxy"} if not self.front else set()
-        unused |= set(APP_ROLES[self.app_hosts:])
+        unused |= set(APP_ROLES[self.app_hosts:]) | set(CLIENT_ROLES[1:])
         return tuple(h.role for h in HOSTS if h.role not in unused)
+
+    def roles_with_clients(self, client_hosts: int = 1) -> tuple[str, ...]:
+        """The stage's hosts with `client_hosts` load hosts (a run's --client-hosts)."""
+        clients = CLIENT_ROLES[:client_hosts]
+        return tuple(h.role for h in HOSTS if h.role in self.roles or h.role in clients)
 
     @property
     def connecting_roles(self) -> tuple[str, ...]:

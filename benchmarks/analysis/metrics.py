@@ -100,6 +100,8 @@ CATALOGUE: dict[str, Metric] = {
     "estab_front_peak": Metric(f"{_SAMPLER} estab_front", "most ESTABLISHED connections"),
     "tw_front_per_request": Metric(f"{_SAMPLER} tw_front, {_LOCUST}", _PER_REQUEST),
     "tw_total_peak": Metric(f"{_SAMPLER} tw_total", "most TIME_WAIT sockets in the stage"),
+    # with several client hosts (--client-hosts 2: cpu_locust, cpu_locust_client2), each
+    # client_cpu_* is the busiest host's
     "client_cpu_peak": Metric(f"{_SAMPLER} cpu_locust", "Locust's highest CPU, % of one core"),
     "client_cpu_mean": Metric(f"{_SAMPLER} cpu_locust",
                               f"Locust's mean CPU after its first {CLIENT_START_S:g} s "
@@ -270,10 +272,11 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
         grown = peaks[f"tw_{cls}"] - first[f"tw_{cls}"] if present else None
         m[f"tw_{cls}_per_request"] = round(max(0.0, grown) / recent, 3) if present else None
     m["tw_total_peak"] = int(peaks.get("tw_total") or 0)
-    m["client_cpu_peak"] = round(peaks.get("cpu_locust") or 0.0, 1)
     samples = stage_dir / results.SAMPLER_CSV
-    m["client_cpu_mean"] = mean_cpu(samples, "cpu_locust", after=CLIENT_START_S)
-    m["client_cpu_p95"] = cpu_percentile(samples, "cpu_locust", 0.95, after=CLIENT_START_S)
+    clients = client_cpu(samples)  # several client hosts: the busiest one's figures
+    m["client_cpu_peak"] = round(max(peaks.get(f"cpu_{c}") or 0.0 for c in clients), 1)
+    m["client_cpu_mean"] = _busiest(c["mean"] for c in clients.values())
+    m["client_cpu_p95"] = _busiest(c["p95"] for c in clients.values())
     m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
 
@@ -311,6 +314,22 @@ def scale_out(stage_dir: Path) -> dict:
         m["cross_host_delivered"] = round(probe["received"] / probe["asked"], 3)
         m["cross_host_seq_gaps"] = probe["seq_gaps"]
     return m
+
+
+def client_cpu(sampler_csv: Path) -> dict[str, dict]:
+    """Locust's CPU on each client host after its start-up: {component: {mean, p95}},
+    `locust` (the only client host, or the master's with its worker), `locust_client2`..."""
+    columns = csvfile.first_row(sampler_csv) or {"cpu_locust": None}
+    names = [c[4:] for c in columns if c == "cpu_locust" or c.startswith("cpu_locust_")]
+    return {name: {"mean": mean_cpu(sampler_csv, f"cpu_{name}", after=CLIENT_START_S),
+                   "p95": cpu_percentile(sampler_csv, f"cpu_{name}", 0.95,
+                                         after=CLIENT_START_S)}
+            for name in names or ["locust"]}
+
+
+def _busiest(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
 
 
 def count_answered(log: Path, offset: int = 0) -> dict:

@@ -146,7 +146,10 @@ def write(run_dir: Path) -> None:
                                        else f" (a copy of the run of {info.get('started')})"),
         "",
         f"Started {info.get('started')}; "
-        f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users, "
+        f"{params.get('duration_s')} s measured per stage, {params.get('users')} Locust users"
+        + (f" from {params['client_hosts']} client hosts (Locust's master on `client`, a "
+           "worker on each; client CPU is the busiest host's)"
+           if (params.get("client_hosts") or 1) > 1 else "") + ", "
         f"sandbox `{params.get('sandbox')}`; kernel {info.get('kernel')}, "
         f"{info.get('cores')} cores, commit `{info.get('git_commit')}`." + "".join(
             f" Stage(s) {', '.join(a['stages'])} added from the run of {a['started']}, "

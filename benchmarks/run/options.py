@@ -41,6 +41,7 @@ class RunOptions:
     server_cpus: str | None = None  # CPU set of the server roles (default: the last CPU)
     client_cpus: str | None = None  # CPU set of the client (default: the others)
     screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
+    client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
 
     def __post_init__(self):
         if not self.stages:
@@ -59,6 +60,13 @@ class RunOptions:
             raise OptionsError(f"--wait-max cannot be negative (got {self.wait_max:g})")
         if self.sandbox not in SANDBOXES:
             raise OptionsError(f"--sandbox must be one of {', '.join(SANDBOXES)}")
+        if not 1 <= self.client_hosts <= len(stages.CLIENT_ROLES):
+            raise OptionsError(f"--client-hosts must be 1-{len(stages.CLIENT_ROLES)} (the "
+                               f"lab has {len(stages.CLIENT_ROLES)} client hosts; got "
+                               f"{self.client_hosts})")
+        if self.sandbox == "host" and self.client_hosts > 1:
+            raise OptionsError("--client-hosts 2 needs --sandbox netns (root and iproute2): "
+                               "the load hosts are network namespaces")
         several = [s.key for s in self.stages if s.app_hosts > 1]
         if self.sandbox == "host" and several:
             raise OptionsError(f"stage(s) {', '.join(several)} run two app hosts, which need "
@@ -83,7 +91,7 @@ class RunOptions:
         return {"stages": self.stage_keys, "duration_s": self.duration, "users": self.users,
                 "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
                 "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
-                "sandbox": self.sandbox,
+                "sandbox": self.sandbox, "client_hosts": self.client_hosts,
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
 
 
@@ -125,4 +133,4 @@ def from_args(args) -> RunOptions:
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
-        screenshots=args.screenshots)
+        screenshots=args.screenshots, client_hosts=args.client_hosts)

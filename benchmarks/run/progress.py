@@ -83,8 +83,12 @@ class Watch:
             return "sampler starting"
         parts = [f"{cls} {row[f'tw_{cls}']}" for cls in metrics.CLASSES if f"tw_{cls}" in row]
         text = f"TIME_WAIT {row.get('tw_total', '?')} ({', '.join(parts)})"
-        if row.get("cpu_locust") is not None:
-            text += f", Locust CPU {float(row['cpu_locust']):.0f}%"
+        locust = [float(v) for k, v in row.items() if v is not None and v != ""
+                  and (k == "cpu_locust" or k.startswith("cpu_locust_"))]
+        if len(locust) == 1:
+            text += f", Locust CPU {locust[0]:.0f}%"
+        elif locust:  # a client host each, the master's with its worker first
+            text += f", Locust CPU {' / '.join(f'{v:.0f}%' for v in locust)}"
         return text
 
     def news(self) -> str | None:
@@ -104,3 +108,23 @@ class Watch:
 
     def line(self, seconds: float) -> str:
         return f"  {seconds:5.0f} s  {self.rates()} | {self.sockets()}"
+
+
+def say_outcome(result: dict, checks: list[dict], stage_dir: Path | None = None) -> None:
+    """A measured stage's answered requests/s by both counts, each check, and a warning
+    when Locust was the bottleneck or the counts disagree."""
+    if metrics.client_bound(result):
+        say(f"  WARNING: Locust used {result['client_cpu_p95']:.0f}% of its core (p95): "
+            "these numbers measure the client, not the server (fewer --users, or "
+            "--client-hosts 2)")
+    say(f"  answered {result['rps']} req/s (Locust), {result['rps_independent']} req/s "
+        f"(the server's count)")
+    hosts = metrics.client_cpu(stage_dir / results.SAMPLER_CSV) if stage_dir else {}
+    if len(hosts) > 1:  # Locust's distributed mode: the busiest host is the figure above
+        say("  Locust CPU per client host (mean, p95): " + "; ".join(
+            f"{name.removeprefix('locust_') if name != 'locust' else 'client'} "
+            f"{cpu['mean']}%, {cpu['p95']}%" for name, cpu in hosts.items()))
+    if metrics.count_gap_too_big(result):
+        say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
+    for c in checks:
+        say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")

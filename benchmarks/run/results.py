@@ -130,6 +130,12 @@ def stage_dir(run_dir: Path, stage: Stage) -> Path:
     return Path(run_dir) / stage.dirname
 
 
+def locust_component(role: str) -> str:
+    """The sampler's name for the Locust processes on client host `role`: `locust` on
+    `client` (the only one, or the master and a worker), `locust_client2` on `client2`."""
+    return "locust" if role == "client" else f"locust_{role}"
+
+
 def app_access_log(role: str) -> str:
     """The access log of the app server on host `role`: `access.log` (`app`),
     `app2-access.log` (`app2`)."""

@@ -275,6 +275,10 @@ class Load:
     count_log: Path | None = None  # the access log that counts answered requests
     # the sampler runs on the machine (it enters each host itself), on the client's CPUs
     sampler_prefix: list[str] = field(default_factory=list)
+    # several client hosts: host -> its argv prefix, a Locust worker on each; the master
+    # (on `client`, at master_host) runs `--headless` and counts
+    workers: dict[str, list[str]] = field(default_factory=dict)
+    master_host: str | None = None
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -333,9 +337,14 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = metrics.log_size(load.count_log) if load.count_log else None
+    if load.workers:
+        cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
+               "--expect-workers-max-wait", "30"]
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
+    workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir, user_classes)
     sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
-        stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, "locust": locust.pid},
+        stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, **locust_cli.components(
+            locust, workers)},
         # stop just before Locust's users close their connections
         duration=max(1.0, opts.duration - 0.5), **load.sampler)],
         log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
@@ -357,6 +366,8 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     finally:
         with sandbox.uninterrupted():
             procs.stop(locust)
+            for worker in workers.values():
+                procs.stop(worker)
             procs.stop(sampler_proc, sig=signal.SIGTERM)
     if not (stage_dir / results.LOCUST_JSON).exists():
         log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
@@ -389,10 +400,13 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
     else:
         sampler_args = {"classes": box.connection_classes()}
         snapshots = {".": []}
+    workers = ({role: box.prefix(role) for role in box.clients}
+               if len(box.clients) > 1 else {})
     return Load(client=box.prefix("client"), url=stack.url, warmup_url=box.url("app"),
                 sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
                 count_log=stage_dir / results.count_log(stage),
-                sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]])
+                sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
+                workers=workers, master_host=box.address("client") if workers else None)
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
@@ -406,7 +420,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
     shown.phase(f"{stage.title}; starting its hosts and servers")
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement) as box:
+                         opts.placement, client_hosts=opts.client_hosts) as box:
         for note in box.notes:
             say(f"  note: {note}")
         stack = Stack(stage, box, stage_dir)
@@ -446,27 +460,12 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         **metrics.count_answered(load.count_log, count_from), **apps})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
-    say_outcome(result, checks)
+    progress.say_outcome(result, checks, stage_dir)
     if opts.screenshots and screenshot:
         shown.phase("a screenshot of the Sockets tab")
         screenshot(stage, stage_dir, stack.url)
     return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
             "hosts": placed}
-
-
-def say_outcome(result: dict, checks: list[dict]) -> None:
-    """A measured stage's answered requests/s by both counts, each check, and a warning
-    when Locust was the bottleneck or the counts disagree."""
-    if metrics.client_bound(result):
-        say(f"  WARNING: Locust used {result['client_cpu_p95']:.0f}% of its core (p95): "
-            "these numbers measure the client, not the server (fewer --users, or "
-            "--locust-args '--processes 2')")
-    say(f"  answered {result['rps']} req/s (Locust), {result['rps_independent']} req/s "
-        f"(the server's count)")
-    if metrics.count_gap_too_big(result):
-        say(f"  WARNING: the two counts differ by {result['rps_gap']:.1%}")
-    for c in checks:
-        say(f"  [{'pass' if c['passed'] else 'FAIL'}] {c['expected']}: measured {c['measured']}")
 
 
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:

@@ -102,12 +102,15 @@ class Sandbox:
     """
 
     def __init__(self, stage: stages.Stage, mode: str = "netns", apply_sysctls: bool = False,
-                 placement=None, tag: str | None = None):
+                 placement=None, tag: str | None = None, client_hosts: int = 1):
         if mode not in ("netns", "host"):
             raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
         self.stage, self.mode = stage, mode
         self.apply_host_sysctls = apply_sysctls
-        self.roles = stage.roles
+        if client_hosts > 1 and mode != "netns":
+            raise SandboxError("several client hosts need --sandbox netns")
+        self.roles = stage.roles_with_clients(client_hosts)
+        self.clients = stages.CLIENT_ROLES[:client_hosts]
         self.placement = placement or hosts.placement()
         self.entry_role = "proxy" if stage.front else "app"
         self._saved: dict[str, str] = {}
@@ -119,7 +122,8 @@ class Sandbox:
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
-            self.wanted["client"] = stages.client_sysctls()
+            for role in self.clients:
+                self.wanted[role] = stages.client_sysctls()
             self.network = hosts.Network(tag or stage.key.lower(), self.roles,
                                          sysctls=self.wanted,
                                          cpus=self.placement.cpus(self.roles))

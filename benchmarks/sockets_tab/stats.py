@@ -28,6 +28,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import csvfile
 from benchmarks.run import results
@@ -125,7 +126,9 @@ def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int,
 
 
 def _cpu(row: dict, role: str) -> float | None:
-    value = row.get(f"cpu_{ROLE_COMPONENT.get(role, role)}")
+    name = (results.locust_component(role) if role in stages.CLIENT_ROLES
+            else ROLE_COMPONENT.get(role, role))
+    value = row.get(f"cpu_{name}")
     return round(value, 1) if value is not None else None
 
 

@@ -385,6 +385,9 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--stages", "9"], "unknown stage '9'"),
     (["--stages", "5,6", "--sandbox", "host"], "stage(s) 6 run two app hosts, which need "
                                                "--sandbox netns"),
+    (["--client-hosts", "0"], "--client-hosts must be 1-2"),
+    (["--client-hosts", "3"], "--client-hosts must be 1-2"),
+    (["--client-hosts", "2", "--sandbox", "host"], "--client-hosts 2 needs --sandbox netns"),
     (["--locust-args", "'unbalanced"], "No closing quotation"),
     (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
 ])

@@ -490,9 +490,10 @@ def host_scene(tmp_path_factory):
 
 # what each host's table holds, by the FLOWS (wait_for_port's probes add one
 # client-first TIME_WAIT on the app and the redis host, over their own addresses)
-EXPECTED_TW = {"client": 30, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "app2": 4,
+EXPECTED_TW = {"client": 30, "client2": 0, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "app2": 4,
                "redis": 7 + 3 + 1}
-EXPECTED_ESTAB = {"client": 4, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "app2": 2, "redis": 3 + 2}
+EXPECTED_ESTAB = {"client": 4, "client2": 0, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "app2": 2,
+                  "redis": 3 + 2}
 
 
 @pytest.mark.netns
@@ -506,7 +507,8 @@ def test_hosts_each_table_by_host_pair(host_scene):
     header, rows = read_csv(out)
     assert header == [
         "ts", "elapsed_s", "tw_total", "estab_total",
-        "tw_total_client", "estab_total_client", "tw_total_proxy", "estab_total_proxy",
+        "tw_total_client", "estab_total_client", "tw_total_client2", "estab_total_client2",
+        "tw_total_proxy", "estab_total_proxy",
         "tw_total_app", "estab_total_app", "tw_total_app2", "estab_total_app2",
         "tw_total_redis", "estab_total_redis",
         "tw_front", "tw_front_client", "tw_front_server", "estab_front",
@@ -514,7 +516,7 @@ def test_hosts_each_table_by_host_pair(host_scene):
         "cpu_sampler", "rss_mb_sampler"]
     assert 3 <= len(rows) <= 5
     for row in rows:
-        got = {c: int(row[c]) for c in header[2:22]}
+        got = {c: int(row[c]) for c in header[2:24]}
         assert got == {
             "tw_total": sum(EXPECTED_TW.values()), "estab_total": sum(EXPECTED_ESTAB.values()),
             **{f"tw_total_{h}": n for h, n in EXPECTED_TW.items()},

@@ -1,0 +1,40 @@
+"""`--client-hosts 2`: the load from two client hosts in Locust's own distributed mode,
+against a real stage (its own file: the suite runs two files at a time, and
+test_lab.py is long already)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_lab import lab, leftovers
+
+from benchmarks import stages
+from benchmarks.analysis import metrics
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
+    """`--client-hosts 2`: Locust's master on `client`, a worker on each client host; both
+    workers load the stage, each host's Locust CPU is reported, the counts agree."""
+    result = lab("run", "--stages", "5", "--client-hosts", "2", "--duration", "8",
+                 "--warmup", "1", "--users", "20", "--no-screenshots",
+                 "--results", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
+    stage_dir = run_dir / stages.get("5").dirname
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["parameters"]["client_hosts"] == 2
+    assert {"client", "client2"} <= set(info["stages"]["5"]["hosts"])
+    assert "2 workers connected" in (stage_dir / "locust.log").read_text()
+    for host in ("client", "client2"):
+        assert "Got quit message from master" in (stage_dir / f"locust-{host}.log").read_text()
+    per_host = metrics.client_cpu(stage_dir / "sampler.csv")
+    assert set(per_host) == {"locust", "locust_client2"}
+    assert all(cpu["mean"] > 0 for cpu in per_host.values()), per_host
+    m = json.loads((stage_dir / "metrics.json").read_text())
+    assert m["client_cpu_p95"] == max(cpu["p95"] for cpu in per_host.values())
+    assert m["rps_gap"] <= metrics.COUNT_GAP_LIMIT, m
+    assert "Locust CPU per client host (mean, p95): client " in result.stdout
+    assert leftovers(result.pid) == []
