@@ -333,13 +333,13 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     env = procs.child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX, users_file)
+    if load.workers:  # the master: it counts, its workers (start_workers) send the load
+        cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
+               "--expect-workers-max-wait", "30"]
     shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = metrics.log_size(load.count_log) if load.count_log else None
-    if load.workers:
-        cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
-               "--expect-workers-max-wait", "30"]
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
     workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir, user_classes)
     sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
@@ -472,7 +472,7 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
     """sockets.json: the classes (connecting host, listening host, port) and each host's
     local port range, for benchmarks/sockets_tab/stats.py."""
     classes = {name: (src, dst, box.port(side_hosts(dst)[0])) for name, (src, dst, _) in
-               stage.host_classes().items()}
+               box.host_classes().items()}
     ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
     return {"classes": classes, "port_ranges": ranges}
 

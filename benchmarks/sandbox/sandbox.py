@@ -194,10 +194,16 @@ class Sandbox:
         """What to call this sandbox in a message: its app host's namespace, or the host."""
         return self.namespace("app") or "the host"
 
+    def host_classes(self) -> dict[str, tuple[str, str, int]]:
+        """The stage's classes by host pair, every client host on the client side."""
+        clients = "+".join(self.clients)
+        return {name: (clients if src == "client" else src, dst, port)
+                for name, (src, dst, port) in self.stage.host_classes().items()}
+
     def connection_classes(self) -> dict:
         """The sampler's classes: by host pair on hosts, by port alone on the host."""
         if self.network:
-            return self.stage.host_classes()
+            return self.host_classes()
         return self.stage.connection_classes(self.ports["redis"], self.ports["app"],
                                              self.ports["proxy"])
 

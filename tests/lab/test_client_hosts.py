@@ -37,4 +37,9 @@ def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     assert m["client_cpu_p95"] == max(cpu["p95"] for cpu in per_host.values())
     assert m["rps_gap"] <= metrics.COUNT_GAP_LIMIT, m
     assert "Locust CPU per client host (mean, p95): client " in result.stdout
+    # the entry class counts both hosts' connections: 20 HTTP users and 10 Socket.IO
+    # users, each with a connection of its own (one host alone holds about half)
+    layout = json.loads((stage_dir / "sockets.json").read_text())
+    assert layout["classes"]["front"][0] == "client+client2"
+    assert m["estab_front_peak"] >= 30, m["estab_front_peak"]
     assert leftovers(result.pid) == []
