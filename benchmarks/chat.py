@@ -102,6 +102,9 @@ OPTIONS = (
     Option("socketio-users", int, 0, "run exactly this many SocketIOChatUsers, the rest "
            "of the users going to the other classes (0: by weight)"),
     Option("socketio-pace", float, 1.0, "seconds between the messages of one Socket.IO user"),
+    Option("socketio-transport", str, "websocket", "the Socket.IO users' transport: "
+           "websocket, or polling (long-polling: every poll a new HTTP request, which "
+           "several app servers must route to the one that holds the session)"),
     Option("failure-backoff", float, 0.1, "least seconds a chat user waits after a failed "
            "request, as a real client backs off"),
 )
@@ -387,9 +390,10 @@ class ChatUser(SignedInUser):
 class SocketIOChatUser(SignedInUser):
     """One Socket.IO connection per user: join a room, send, time each ack.
 
-    python-socketio's sync client, websocket transport only (websocket-client
-    underneath); under Locust's gevent monkey-patching its threads and sockets
-    are greenlets, so a user waiting for an ack blocks no one else.
+    python-socketio's sync client, on the websocket transport (websocket-client
+    underneath), or long-polling with --chat-socketio-transport polling; under
+    Locust's gevent monkey-patching its threads and sockets are greenlets, so a
+    user waiting for an ack blocks no one else.
     `locust.contrib.socketio.SocketIOUser` was not used: it records every
     received broadcast and every emit as a 0 ms request (inflating the
     request rate) and cannot fail a request on an `{error}` ack.
@@ -427,8 +431,8 @@ class SocketIOChatUser(SignedInUser):
         self.sio = None
         sio = socketio.Client(reconnection=False)
         with self.measure("connect") as meta:
-            sio.connect(self.host, auth={"token": self.chat.token}, transports=["websocket"],
-                        wait_timeout=SOCKET_TIMEOUT)
+            sio.connect(self.host, auth={"token": self.chat.token},
+                        transports=[transport(self.environment)], wait_timeout=SOCKET_TIMEOUT)
         if meta["exception"] is None:
             with self.measure("joinRoom") as meta:
                 ack = sio.call("joinRoom", {"roomId": self.chat.room_id}, timeout=SOCKET_TIMEOUT)
@@ -451,6 +455,13 @@ class SocketIOChatUser(SignedInUser):
             check_ack(ack, meta, "id", "ts")
         if meta["exception"] is None:
             self.outbox.delivered()
+
+
+def transport(environment) -> str:
+    value = setting(environment, "socketio-transport")
+    if value not in ("websocket", "polling"):
+        raise ValueError(f"--chat-socketio-transport {value!r}: websocket or polling")
+    return value
 
 
 class AckError(Exception):

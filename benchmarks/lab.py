@@ -199,6 +199,9 @@ def cmd_list(args) -> int:
             say(f"    {' '.join(s.server_command(stages.ADDRESS[role]))}")
         say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
             f"users {' '.join(s.users)}")
+        if s.balance or s.socketio_transport != "websocket":
+            say(f"    Nginx upstream {s.balance or 'round robin'}, Socket.IO users on "
+                f"{s.socketio_transport}")
         say(f"    see: {s.see}")
     return 0
 

@@ -16,6 +16,7 @@ reused".
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,11 @@ GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "1
                      "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
                    "-b", "{app_host}:{app_port}", "app.wsgi:app")
+# One worker: gunicorn hands each request to any of its workers, so a long-polling
+# Socket.IO session survives only where one process serves the host (Flask-SocketIO's
+# deployment docs); stickiness across hosts is then Nginx's job.
+GUNICORN_EVENTLET_ONE = ("gunicorn", "-w", "1", "-k", "eventlet", "--keep-alive", "10",
+                         "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
@@ -107,17 +113,22 @@ class Stage:
     twin_of: str | None = None
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
+    balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
+    socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
 
     def __post_init__(self):
         if not 1 <= self.app_hosts <= len(APP_ROLES):
             raise ValueError(f"stage {self.key}: app_hosts must be 1-{len(APP_ROLES)}")
         if self.app_hosts > 1 and not self.front:
             raise ValueError(f"stage {self.key}: several app hosts need a proxy in front")
+        if self.socketio_transport not in ("websocket", "polling"):
+            raise ValueError(f"stage {self.key}: socketio_transport is websocket or polling")
 
     @property
     def dirname(self) -> str:
         """Folder name of this stage inside a results run: `03-eventlet-keepalive`."""
-        return f"{int(self.key.rstrip('g')):02d}{'g' if self.key.endswith('g') else ''}-{self.slug}"
+        number, twin = re.match(r"(\d+)(\w*)$", self.key).groups()
+        return f"{int(number):02d}{twin}-{self.slug}"
 
     def server_command(self, app_host: str = ADDRESS["app"],
                        app_port: int = APP_PORT) -> list[str]:
@@ -209,6 +220,17 @@ DELIVERED = _eq("cross_host_delivered", 1,
                 "a message sent on one app host reaches a room member connected to the "
                 "other: the app servers share Socket.IO's rooms through Redis")
 NO_SEQ_GAPS = _eq("cross_host_seq_gaps", 0, "the member sees the room's `seq` without a gap")
+POLLING_400S = _ge("sio_session_400s", 1,
+                   "round robin sends a polling session's requests to either app host; the "
+                   "one that did not open the session answers 400")
+POLLING_FAILS = _ge("sio_failures", 1, "so the Socket.IO users fail to connect")
+POLLING_WORKS = _eq("sio_failures", 0,
+                    "every poll of a session reaches the app host that opened it")
+NO_400S = _eq("sio_session_400s", 0, "no poll lands on a host without its session")
+PINNED = _ge("app_share_max", 0.99,
+             "ip_hash keys an IPv4 client on its first three octets: every client of the "
+             "lab's 198.18.0.0/24 lands on one app host")
+POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
 
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
@@ -267,6 +289,20 @@ STAGES: tuple[Stage, ...] = (
           checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
                   NO_FAILURES),
           see="the same as stage 6, on gevent", twin_of="6"),
+    Stage(key="6p", slug="scale-out-polling", title="two app hosts, polling clients, round robin",
+          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
+          socketio_transport="polling",
+          checks=(SPREAD_LOW, SPREAD_HIGH, POLLING_400S, POLLING_FAILS),
+          see="Socket.IO over long-polling breaks: a session's polls land on both app hosts",
+          twin_of="6"),
+    Stage(key="6i", slug="scale-out-ip-hash", title="two app hosts, polling clients, ip_hash",
+          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
+          socketio_transport="polling", balance="ip_hash",
+          checks=(NO_400S, POLLING_WORKS, NO_FAILURES, PINNED),
+          see="polling works again, and every client of the /24 is pinned to one app host",
+          twin_of="6"),
 )
 
 BY_KEY = {s.key: s for s in STAGES}

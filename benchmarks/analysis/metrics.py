@@ -135,6 +135,9 @@ CATALOGUE: dict[str, Metric] = {
         "connected to the other (benchmarks/run/delivery.py)"),
     "cross_host_seq_gaps": Metric(f"{results.DELIVERY_JSON} seq_gaps",
                                   "messages after which the member's next `seq` was not +1"),
+    "sio_session_400s": Metric(f"{results.COUNT_JSON} socketio_400",
+                               "Socket.IO requests the app hosts answered 400 while measured: "
+                               "a poll for a session another host (or worker) holds"),
 }
 
 
@@ -302,9 +305,11 @@ def scale_out(stage_dir: Path) -> dict:
     """How the requests split over the app hosts (count.json) and whether a Socket.IO
     message crossed from one to the other (delivery.json); None without them."""
     m = dict.fromkeys(("app_share_min", "app_share_max", "cross_host_delivered",
-                       "cross_host_seq_gaps"))
-    count = stage_dir / results.COUNT_JSON
-    per_host = results.read_json(count).get("app_hosts") if count.exists() else None
+                       "cross_host_seq_gaps", "sio_session_400s"))
+    count = results.read_json(stage_dir / results.COUNT_JSON) \
+        if (stage_dir / results.COUNT_JSON).exists() else {}
+    per_host = count.get("app_hosts")
+    m["sio_session_400s"] = count.get("socketio_400")
     if per_host and sum(per_host.values()):
         shares = [n / sum(per_host.values()) for n in per_host.values()]
         m["app_share_min"], m["app_share_max"] = round(min(shares), 3), round(max(shares), 3)
@@ -357,13 +362,28 @@ def app_log_sizes(stage: Stage, stage_dir: Path) -> dict[str, int]:
 
 
 def app_counts(stage_dir: Path, since: dict[str, int]) -> dict:
-    """`{"app_hosts": {role: answered}}`: what each app host's access log gained since
-    `since` (app_log_sizes), for count.json; {} with one app host."""
+    """`{"app_hosts": {role: answered}, "socketio_400": n}`: what each app host's access
+    log gained since `since` (app_log_sizes), and the Socket.IO requests they answered
+    400 (an Engine.IO session the host does not hold), for count.json; {} with one app
+    host."""
     if not since:
         return {}
-    return {"app_hosts": {role: count_answered(stage_dir / results.app_access_log(role),
-                                               offset)["answered"]
-                          for role, offset in since.items()}}
+    logs = {role: (stage_dir / results.app_access_log(role), offset)
+            for role, offset in since.items()}
+    return {"app_hosts": {role: count_answered(*log)["answered"] for role, log in logs.items()},
+            "socketio_400": sum(count_socketio_400(*log) for log in logs.values())}
+
+
+def count_socketio_400(log: Path, offset: int = 0) -> int:
+    """Socket.IO requests answered 400 in an access log from byte `offset` on."""
+    found = 0
+    with open(log, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            match = REQUEST_LINE.search(raw.decode("utf-8", "replace"))
+            found += bool(match and match["path"].startswith("/socket.io/")
+                          and match["status"] == "400")
+    return found
 
 
 def log_size(path: Path) -> int:

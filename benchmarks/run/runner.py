@@ -148,7 +148,8 @@ class Stack:
         if self.stage.front:
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
                                      apps=[(self.box.address(r), self.box.port(r)) for r in apps],
-                                     front=(self.box.address("proxy"), self.box.port("proxy")))
+                                     front=(self.box.address("proxy"), self.box.port("proxy")),
+                                     balance=self.stage.balance)
             checked = nginx_conf.check(conf, self.box.prefix("proxy"))
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
@@ -230,7 +231,8 @@ def socketio_users(opts: RunOptions, user_classes) -> int:
 
 
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
-                   csv_prefix: Path | None, users_file: Path | None = None) -> list[str]:
+                   csv_prefix: Path | None, users_file: Path | None = None,
+                   transport: str = "websocket") -> list[str]:
     # Socket.IO users come on top, so every stage has the same HTTP users
     users = opts.users + socketio_users(opts, user_classes)
     cmd = ["--headless", "-u", str(users),
@@ -240,6 +242,8 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
         # the lab wants the server saturated: almost no think time between tasks
         cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
                 "--chat-socketio-users", str(socketio_users(opts, user_classes))]
+        if transport != "websocket":
+            cmd += ["--chat-socketio-transport", transport]
         if users_file:
             cmd += ["--chat-users-file", str(users_file)]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
@@ -279,6 +283,7 @@ class Load:
     # (on `client`, at master_host) runs `--headless` and counts
     workers: dict[str, list[str]] = field(default_factory=dict)
     master_host: str | None = None
+    socketio_transport: str = "websocket"  # the stage's (stages.Stage)
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -293,7 +298,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         return None
     say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
     prefix = stage_dir / WARMUP_PREFIX
-    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file),
+    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file,
+                           load.socketio_transport),
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
@@ -332,7 +338,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     `load.count_log` ended when it started (what the log gains is that run's)."""
     env = procs.child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
-                         stage_dir / results.LOCUST_PREFIX, users_file)
+                         stage_dir / results.LOCUST_PREFIX, users_file, load.socketio_transport)
     if load.workers:  # the master: it counts, its workers (start_workers) send the load
         cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
                "--expect-workers-max-wait", "30"]
@@ -406,7 +412,8 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
                 count_log=stage_dir / results.count_log(stage),
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
-                workers=workers, master_host=box.address("client") if workers else None)
+                workers=workers, master_host=box.address("client") if workers else None,
+                socketio_transport=stage.socketio_transport)
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,

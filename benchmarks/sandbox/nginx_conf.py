@@ -19,14 +19,16 @@ NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root
 
 
 def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
-           front: tuple[str, int]) -> Path:
+           front: tuple[str, int], balance: str | None = None) -> Path:
     """Write nginx/<template> filled in for this run to run_dir/nginx.conf: the app
-    hosts' (address, port) as the upstream's servers, Nginx's own (address, port) to
+    hosts' (address, port) as the upstream's servers, after the upstream's `balance`
+    method if any (`ip_hash`; none: round robin), and Nginx's own (address, port) to
     listen on."""
     if not apps:
         raise ValueError("an upstream needs at least one app server")
-    text = re.sub(r"^( *)@APP_SERVERS@$",
-                  lambda m: "\n".join(f"{m[1]}server {host}:{port};" for host, port in apps),
+    lines = [f"{balance};"] if balance else []
+    lines += [f"server {host}:{port};" for host, port in apps]
+    text = re.sub(r"^( *)@APP_SERVERS@$", lambda m: "\n".join(m[1] + ln for ln in lines),
                   (ROOT / "nginx" / template).read_text(), flags=re.M)
     values = {"RUN_DIR": str(run_dir), "FRONT_HOST": front[0], "FRONT_PORT": str(front[1])}
     for name, value in values.items():

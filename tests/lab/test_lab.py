@@ -58,10 +58,16 @@ def leftovers(pid: int) -> list[str]:
 @pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.front], ids=lambda s: s.key)
 def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
     # `nginx -t` binds its listen address: on the machine, loopback on a free port
-    conf = nginx_conf.render(stage.front, tmp_path, apps=[("127.0.0.1", stages.APP_PORT)],
-                             front=("127.0.0.1", procs.free_port()))
+    apps = [("127.0.0.1", stages.APP_PORT + i) for i in range(stage.app_hosts)]
+    conf = nginx_conf.render(stage.front, tmp_path, apps=apps,
+                             front=("127.0.0.1", procs.free_port()), balance=stage.balance)
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr
+    upstream = [ln.strip() for ln in conf.read_text().split("upstream app {")[1]
+                .split("}")[0].splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    servers = [f"server 127.0.0.1:{port};" for _, port in apps]
+    wanted = ([f"{stage.balance};"] if stage.balance else []) + servers
+    assert upstream[:len(wanted)] == wanted, upstream
 
 
 def test_every_stage_sysctl_profile_exists_and_sets_tw_reuse():
