@@ -324,12 +324,16 @@ def scale_out(stage_dir: Path) -> dict:
 def client_cpu(sampler_csv: Path) -> dict[str, dict]:
     """Locust's CPU on each client host after its start-up: {component: {mean, p95}},
     `locust` (the only client host, or the master's with its worker), `locust_client2`..."""
-    columns = csvfile.first_row(sampler_csv) or {"cpu_locust": None}
-    names = [c[4:] for c in columns if c == "cpu_locust" or c.startswith("cpu_locust_")]
+    names = [c[4:] for c in locust_columns(csvfile.first_row(sampler_csv))]
     return {name: {"mean": mean_cpu(sampler_csv, f"cpu_{name}", after=CLIENT_START_S),
                    "p95": cpu_percentile(sampler_csv, f"cpu_{name}", 0.95,
                                          after=CLIENT_START_S)}
             for name in names or ["locust"]}
+
+
+def locust_columns(columns) -> list[str]:
+    """The sampler's Locust CPU columns among `columns`: `cpu_locust`, `cpu_locust_client2`..."""
+    return [c for c in columns if c == "cpu_locust" or c.startswith("cpu_locust_")]
 
 
 def _busiest(values) -> float | None:

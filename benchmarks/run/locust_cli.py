@@ -39,6 +39,12 @@ def command(user_classes: Iterable[str], options: Iterable[str],
             *user_classes]
 
 
+def transport_options(transport: str) -> list[str]:
+    """The chat users' Socket.IO transport option: none for websocket (chat.py's default,
+    so most stages' command lines stay as the docs show them)."""
+    return [] if transport == "websocket" else ["--chat-socketio-transport", transport]
+
+
 def start_workers(prefixes: dict[str, list[str]], master_host: str | None, log_dir: Path,
                   user_classes) -> dict[str, subprocess.Popen]:
     """A worker on each client host (host -> the argv prefix that runs a command there),

@@ -83,8 +83,8 @@ class Watch:
             return "sampler starting"
         parts = [f"{cls} {row[f'tw_{cls}']}" for cls in metrics.CLASSES if f"tw_{cls}" in row]
         text = f"TIME_WAIT {row.get('tw_total', '?')} ({', '.join(parts)})"
-        locust = [float(v) for k, v in row.items() if v is not None and v != ""
-                  and (k == "cpu_locust" or k.startswith("cpu_locust_"))]
+        locust = [float(row[k]) for k in metrics.locust_columns(row)
+                  if row[k] is not None and row[k] != ""]
         if len(locust) == 1:
             text += f", Locust CPU {locust[0]:.0f}%"
         elif locust:  # a client host each, the master's with its worker first

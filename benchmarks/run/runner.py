@@ -241,9 +241,8 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
     if stages.locustfile(user_classes) == stages.LOCUSTFILE:
         # the lab wants the server saturated: almost no think time between tasks
         cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
-                "--chat-socketio-users", str(socketio_users(opts, user_classes))]
-        if transport != "websocket":
-            cmd += ["--chat-socketio-transport", transport]
+                "--chat-socketio-users", str(socketio_users(opts, user_classes)),
+                *locust_cli.transport_options(transport)]
         if users_file:
             cmd += ["--chat-users-file", str(users_file)]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report

@@ -47,8 +47,7 @@ def claim_port(port: int) -> socket.socket:
 
 def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
                    web_port: int) -> list[str]:
-    transport = ([] if stage.socketio_transport == "websocket"
-                 else ["--chat-socketio-transport", stage.socketio_transport])
+    transport = locust_cli.transport_options(stage.socketio_transport)
     return locust_cli.command(stage.users, [
         "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
         "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *transport],
