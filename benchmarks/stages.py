@@ -115,12 +115,15 @@ class Stage:
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
     socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
+    client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
 
     def __post_init__(self):
         if not 1 <= self.app_hosts <= len(APP_ROLES):
             raise ValueError(f"stage {self.key}: app_hosts must be 1-{len(APP_ROLES)}")
         if self.app_hosts > 1 and not self.front:
             raise ValueError(f"stage {self.key}: several app hosts need a proxy in front")
+        if not 1 <= self.client_hosts <= len(CLIENT_ROLES):
+            raise ValueError(f"stage {self.key}: client_hosts must be 1-{len(CLIENT_ROLES)}")
         if self.socketio_transport not in ("websocket", "polling"):
             raise ValueError(f"stage {self.key}: socketio_transport is websocket or polling")
 
@@ -142,14 +145,18 @@ class Stage:
     @property
     def roles(self) -> tuple[str, ...]:
         """The hosts this stage needs: the proxy only when it has a front, `app2` only
-        when it has two app hosts."""
+        when it has two app hosts, `client2` only when it needs two load hosts."""
         unused = {"proxy"} if not self.front else set()
-        unused |= set(APP_ROLES[self.app_hosts:]) | set(CLIENT_ROLES[1:])
+        unused |= set(APP_ROLES[self.app_hosts:]) | set(CLIENT_ROLES[self.client_hosts:])
         return tuple(h.role for h in HOSTS if h.role not in unused)
+
+    def clients_for(self, client_hosts: int = 1) -> tuple[str, ...]:
+        """Its load hosts in a run with --client-hosts `client_hosts`: at least its own."""
+        return CLIENT_ROLES[:max(client_hosts, self.client_hosts)]
 
     def roles_with_clients(self, client_hosts: int = 1) -> tuple[str, ...]:
         """The stage's hosts with `client_hosts` load hosts (a run's --client-hosts)."""
-        clients = CLIENT_ROLES[:client_hosts]
+        clients = self.clients_for(client_hosts)
         return tuple(h.role for h in HOSTS if h.role in self.roles or h.role in clients)
 
     @property
@@ -230,6 +237,10 @@ NO_400S = _eq("sio_session_400s", 0, "no poll lands on a host without its sessio
 PINNED = _ge("app_share_max", 0.99,
              "ip_hash keys an IPv4 client on its first three octets: every client of the "
              "lab's 198.18.0.0/24 lands on one app host")
+TWO_KEYS = _ge("app_share_max", 0.99,
+               "the hash has two keys, the client hosts' addresses, and on Nginx's "
+               "consistent-hash ring both fall to one app host: a hash spreads many "
+               "clients, not two load generators")
 POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
 
 STAGES: tuple[Stage, ...] = (
@@ -302,6 +313,14 @@ STAGES: tuple[Stage, ...] = (
           socketio_transport="polling", balance="ip_hash",
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, PINNED),
           see="polling works again, and every client of the /24 is pinned to one app host",
+          twin_of="6"),
+    Stage(key="6h", slug="scale-out-hash", title="two app hosts, polling clients, "
+          "hash $remote_addr", server=GUNICORN_EVENTLET_ONE, redis_mode="pool",
+          front="upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS,
+          app_hosts=2, env=POLLING, socketio_transport="polling", client_hosts=2,
+          balance="hash $remote_addr consistent",
+          checks=(NO_400S, POLLING_WORKS, NO_FAILURES, TWO_KEYS),
+          see="polling works; the two client hosts' addresses both hash to one app host",
           twin_of="6"),
 )
 

@@ -525,7 +525,7 @@ def running_stage(stage: Stage, opts: RunOptions):
             f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
     stage_dir.mkdir(parents=True, exist_ok=True)
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement) as box:
+                         opts.placement, client_hosts=opts.client_hosts) as box:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()

@@ -107,10 +107,10 @@ class Sandbox:
             raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
         self.stage, self.mode = stage, mode
         self.apply_host_sysctls = apply_sysctls
-        if client_hosts > 1 and mode != "netns":
+        self.clients = stage.clients_for(client_hosts)  # at least the stage's own
+        if len(self.clients) > 1 and mode != "netns":
             raise SandboxError("several client hosts need --sandbox netns")
         self.roles = stage.roles_with_clients(client_hosts)
-        self.clients = stages.CLIENT_ROLES[:client_hosts]
         self.placement = placement or hosts.placement()
         self.entry_role = "proxy" if stage.front else "app"
         self._saved: dict[str, str] = {}
