@@ -125,7 +125,7 @@ def cmd_up(args) -> int:
     opts = options.RunOptions(stages=(stage,), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
-                              client_cpus=args.client_cpus)
+                              client_cpus=args.client_cpus, client_hosts=args.client_hosts)
     state = results.up_state(opts.results)
     runner.refuse_if_up(opts.results)
     listener = web_ui.claim_port(args.ui_port)  # before anything starts
@@ -136,30 +136,42 @@ def cmd_up(args) -> int:
             "ui_url": ui_url, "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
             "users_file": str(users_file), "user_classes": list(stage.users),
             "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
-                             "port": box.port(role) if role != "client" else None}
+                             "port": box.port(role) if role not in box.clients else None}
                       for role in box.roles}})
         try:
-            for note in box.notes:
-                say(f"note: {note}")
-            say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
-            for role in box.roles:
-                where = f"{box.address(role)}" + (
-                    f":{box.port(role)}" if role != "client" else "")
-                cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
-                say(f"  host {role:<6} {where:<18} {box.namespace(role) or 'the machine'}, "
-                    f"CPUs {cpus}")
-            ui_port = listener.getsockname()[1]  # the one chosen, with --ui-port 0
-            say(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
-                f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
-            say(f"  sampler: {results.rel(stack.dir / results.SAMPLER_CSV)}")
-            say("  in another terminal: python -m benchmarks.lab exec -- ss -s "
-                "(--host app, redis or proxy for the others)")
+            say_up(stage, box, stack, ui_url, listener.getsockname()[1])
             say("  Ctrl-C stops it")
             while True:
                 time.sleep(3600)
         finally:
             state.unlink(missing_ok=True)
     return 0
+
+
+def say_up(stage: stages.Stage, box: sandbox.Sandbox, stack: runner.Stack, ui_url: str,
+           ui_port: int) -> None:
+    """`lab up`'s banner: the hosts, where the UI is, what to type next."""
+    for note in box.notes:
+        say(f"note: {note}")
+    say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
+    width = max(len(role) for role in box.roles)
+    for role in box.roles:
+        where = box.address(role) + (f":{box.port(role)}" if role not in box.clients else "")
+        cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
+        say(f"  host {role:<{width}} {where:<18} {box.namespace(role) or 'the machine'}, "
+            f"CPUs {cpus}")
+    # the port is the one chosen, with --ui-port 0
+    say(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
+        f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
+    if len(box.clients) > 1:
+        say(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
+            f"one more by hand, as on another machine: python -m benchmarks.lab exec "
+            f"--host {box.clients[-1]} -- locust -f {stages.LOCUSTFILE} --worker "
+            f"--master-host {box.address('client')}")
+    say(f"  sampler: {results.rel(stack.dir / results.SAMPLER_CSV)}")
+    others = [r for r in box.roles if r != "client"]
+    say(f"  in another terminal: python -m benchmarks.lab exec -- ss -s "
+        f"(--host {', '.join(others[:-1])} or {others[-1]} for the others)")
 
 
 def cmd_exec(args) -> int:
@@ -245,13 +257,17 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--target", help="load only this URL (a stack that runs elsewhere)")
     run.add_argument("--user-classes", default="ChatUser",
                      help="with --target: Locust user classes, comma separated")
-    run.add_argument("--client-hosts", type=int, default=defaults.client_hosts,
-                     help="load hosts: with 2, Locust's master on `client` and a worker on "
-                          "`client` and `client2` (Locust's own distributed mode)")
+    add_client_hosts(run, defaults)
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
+
+
+def add_client_hosts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
+    parser.add_argument("--client-hosts", type=int, default=defaults.client_hosts,
+                        help="load hosts: with 2, Locust's master on `client` and a worker on "
+                             "`client` and `client2` (Locust's own distributed mode)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
     up.add_argument("--ui-port", type=int, default=web_ui.UI_PORT,
                     help="the machine's 127.0.0.1 port for Locust's web UI (default 8089)")
+    add_client_hosts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)
 

@@ -6,7 +6,8 @@ starts, in order:
   Locust's web UI   on the client host, the stage's user classes preselected
                     (--class-picker), its users logged in as the seeded
                     accounts, benchmarks/sockets_tab/plugin.py loaded beside the
-                    scenario: the Sockets tab
+                    scenario: the Sockets tab; with --client-hosts 2 Locust's
+                    master, and a worker on each client host
   the sampler       until the stage stops (no --duration): results/up/<stage>/
                     sampler.csv, the stage's classes, Redis/app/Nginx/Locust CPU
   a forward         from the machine's 127.0.0.1:--ui-port into the client host
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,12 +48,24 @@ def claim_port(port: int) -> socket.socket:
 
 
 def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
-                   web_port: int) -> list[str]:
+                   web_port: int, master: bool = False) -> list[str]:
+    """The UI's Locust: with several client hosts, Locust's master (its workers send
+    the load; the UI shows them on its Workers tab)."""
     transport = locust_cli.transport_options(stage.socketio_transport)
     return locust_cli.command(stage.users, [
         "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
-        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *transport],
-        sockets_tab=True)
+        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *transport,
+        *(["--master"] if master else [])], sockets_tab=True)
+
+
+def wait_for_workers(log: Path, count: int, master, timeout: float = 30.0) -> None:
+    """Until the master's log says `count` workers connected (so the banner is true)."""
+    deadline = time.monotonic() + timeout
+    while f"{count} workers connected" not in log.read_text(errors="replace"):
+        if master.poll() is not None or time.monotonic() > deadline:
+            raise StageFailed(f"Locust's master did not see its {count} workers within "
+                              f"{timeout:g} s; see {log}")
+        time.sleep(0.2)
 
 
 @contextmanager
@@ -71,10 +85,17 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
     started: list = []
     forward = None
     try:
+        several = len(box.clients) > 1
         locust = procs.start([*box.prefix("client"), *locust_command(
-            stage, stack.url, users_file, sampler_csv, web_port)],
+            stage, stack.url, users_file, sampler_csv, web_port, master=several)],
             log=stage_dir / results.LOCUST_UI_LOG, env=procs.child_env(), cwd=ROOT)
         started.append(locust)
+        workers = locust_cli.start_workers(
+            {role: box.prefix(role) for role in box.clients} if several else {},
+            box.address("client"), stage_dir, stage.users)
+        started.extend(workers.values())
+        if workers:
+            wait_for_workers(stage_dir / results.LOCUST_UI_LOG, len(workers), locust)
         try:
             procs.wait_for_port(web_port, host="127.0.0.1", proc=locust, netns=netns,
                                 timeout=LOCUST_START_TIMEOUT)
@@ -83,7 +104,8 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
             raise StageFailed(f"Locust's web UI did not start: {e}\n{log}") from e
         load = runner.stage_load(stage, box, stack, stage_dir)
         started.append(procs.start([*load.sampler_prefix, *loop.command(
-            sampler_csv, procs={**load.server_pids, "locust": locust.pid}, **load.sampler)],
+            sampler_csv, procs={**load.server_pids, **locust_cli.components(locust, workers)},
+            **load.sampler)],
             log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT))
         if netns:
             forward = port_forward.Forward(listener, netns, ("127.0.0.1", web_port)).start()
