@@ -412,7 +412,7 @@ def test_host_mode_leaves_the_stages_with_two_app_hosts_out_of_all():
     on_host, note = options.on_sandbox(opts, "host", "all")
     assert [s.key for s in on_host.stages] == [s.key for s in stages.STAGES
                                                if s.app_hosts == 1]
-    assert "6, 6g, 6p, 6i left out" in note
+    assert "6, 6g, 6p, 6i, 6h left out" in note
     assert options.on_sandbox(opts, "netns", "all") == (opts, None)
     with pytest.raises(ValueError, match="need a proxy in front"):
         stages.Stage(key="7", slug="x", title="x", server=stages.GUNICORN_SYNC,
