@@ -121,7 +121,7 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
 
 
 def cmd_up(args) -> int:
-    stage = stages.get(args.stage)
+    stage, = options.with_app_hosts((stages.get(args.stage),), args.app_hosts)
     opts = options.RunOptions(stages=(stage,), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
@@ -257,17 +257,21 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--target", help="load only this URL (a stack that runs elsewhere)")
     run.add_argument("--user-classes", default="ChatUser",
                      help="with --target: Locust user classes, comma separated")
-    add_client_hosts(run, defaults)
+    add_host_counts(run, defaults)
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
 
 
-def add_client_hosts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
+def add_host_counts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
+    """--client-hosts and --app-hosts, for `run` and `up`."""
     parser.add_argument("--client-hosts", type=int, default=defaults.client_hosts,
                         help="load hosts: with 2, Locust's master on `client` and a worker on "
                              "`client` and `client2` (Locust's own distributed mode)")
+    parser.add_argument("--app-hosts", type=int, default=None,
+                        help="app hosts behind Nginx, in stages that have it (default: the "
+                             "stage's own, 2 in stage 6 and its twins)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
     up.add_argument("--ui-port", type=int, default=web_ui.UI_PORT,
                     help="the machine's 127.0.0.1 port for Locust's web UI (default 8089)")
-    add_client_hosts(up, defaults)
+    add_host_counts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)
 

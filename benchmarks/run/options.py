@@ -92,6 +92,7 @@ class RunOptions:
                 "spawn_rate": self.spawn_rate, "warmup_s": self.warmup,
                 "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
                 "sandbox": self.sandbox, "client_hosts": self.client_hosts,
+                "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
 
 
@@ -105,6 +106,23 @@ def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, s
     kept = tuple(s for s in opts.stages if s.app_hosts == 1)
     return (replace(opts, sandbox=sandbox, stages=kept),
             f"stage(s) {', '.join(several)} left out: two app hosts need network namespaces")
+
+
+def with_app_hosts(chosen: tuple[Stage, ...], app_hosts: int | None) -> tuple[Stage, ...]:
+    """The stages on `app_hosts` app hosts each (--app-hosts; None: each its own). Only a
+    stage with Nginx in front can have more than one: it is what spreads the requests."""
+    if app_hosts is None:
+        return chosen
+    if not 1 <= app_hosts <= len(stages.APP_ROLES):
+        raise OptionsError(f"--app-hosts must be 1-{len(stages.APP_ROLES)} (the lab has "
+                           f"{len(stages.APP_ROLES)} app hosts; got {app_hosts})")
+    bare = [s.key for s in chosen if not s.front]
+    if app_hosts > 1 and bare:
+        fronted = ", ".join(s.key for s in stages.STAGES if s.front)
+        raise OptionsError(f"--app-hosts {app_hosts}: stage(s) {', '.join(bare)} have no "
+                           f"proxy to spread requests over app hosts; the stages with "
+                           f"Nginx in front are {fronted}")
+    return tuple(replace(s, app_hosts=app_hosts) for s in chosen)
 
 
 def select_stages(spec: str) -> tuple[Stage, ...]:
@@ -127,7 +145,8 @@ def split_locust_args(text: str) -> tuple[str, ...]:
 def from_args(args) -> RunOptions:
     """The options of `lab run`'s parsed command line."""
     return RunOptions(
-        stages=select_stages(args.stages), duration=args.duration, users=args.users,
+        stages=with_app_hosts(select_stages(args.stages), args.app_hosts),
+        duration=args.duration, users=args.users,
         spawn_rate=args.spawn_rate, warmup=args.warmup, wait_max=args.wait_max,
         socketio_users=args.socketio_users,
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,

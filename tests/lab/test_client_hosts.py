@@ -17,15 +17,19 @@ from benchmarks.analysis import metrics
 @pytest.mark.slow
 def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     """`--client-hosts 2`: Locust's master on `client`, a worker on each client host; both
-    workers load the stage, each host's Locust CPU is reported, the counts agree."""
-    result = lab("run", "--stages", "5", "--client-hosts", "2", "--duration", "8",
-                 "--warmup", "1", "--users", "20", "--no-screenshots",
+    workers load the stage, each host's Locust CPU is reported, the counts agree. With
+    `--app-hosts 2` stage 5's Nginx sends requests to both app hosts."""
+    result = lab("run", "--stages", "5", "--client-hosts", "2", "--app-hosts", "2",
+                 "--duration", "8", "--warmup", "1", "--users", "20", "--no-screenshots",
                  "--results", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
     stage_dir = run_dir / stages.get("5").dirname
     info = json.loads((run_dir / "run.json").read_text())
     assert info["parameters"]["client_hosts"] == 2
+    assert info["parameters"]["app_hosts"] == {"5": 2}  # stage 5 on two app hosts
+    split = json.loads((stage_dir / "count.json").read_text())["app_hosts"]
+    assert set(split) == {"app", "app2"} and min(split.values()) > 0, split
     assert {"client", "client2"} <= set(info["stages"]["5"]["hosts"])
     assert "2 workers connected" in (stage_dir / "locust.log").read_text()
     for host in ("client", "client2"):

@@ -394,6 +394,11 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--client-hosts", "0"], "--client-hosts must be 1-2"),
     (["--client-hosts", "3"], "--client-hosts must be 1-2"),
     (["--client-hosts", "2", "--sandbox", "host"], "--client-hosts 2 needs --sandbox netns"),
+    (["--app-hosts", "0", "--stages", "5"], "--app-hosts must be 1-2"),
+    (["--app-hosts", "3", "--stages", "5"], "--app-hosts must be 1-2"),
+    (["--app-hosts", "2", "--stages", "3,5"], "stage(s) 3 have no proxy to spread requests"),
+    (["--app-hosts", "2", "--stages", "5", "--sandbox", "host"],
+     "stage(s) 5 run two app hosts, which need --sandbox netns"),
     (["--locust-args", "'unbalanced"], "No closing quotation"),
     (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
 ])
