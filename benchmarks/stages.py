@@ -56,18 +56,21 @@ APP_PORT = 8000
 FRONT_PORT = 8080
 
 # Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
-# the venv's (the docs say `source .venv/bin/activate` first).
+# the venv's (the docs say `source .venv/bin/activate` first). A gunicorn stage's
+# settings live in its config file under gunicorn/ (what a user copies to a real
+# machine); only the address, which is the host's, stays on the command line.
 BUILTIN = ("flask", "--app", "app", "run", "--host", "{app_host}", "--port", "{app_port}")
-GUNICORN_SYNC = ("gunicorn", "-w", "4", "-b", "{app_host}:{app_port}", "app.wsgi:app")
-# gunicorn 26 removed `-k eventlet`: requirements.txt pins 25.x for this stage.
-GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "10",
-                     "-b", "{app_host}:{app_port}", "app.wsgi:app")
-GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
-                   "-b", "{app_host}:{app_port}", "app.wsgi:app")
+GUNICORN_SYNC = ("gunicorn", "-c", "gunicorn/sync.conf.py", "-b", "{app_host}:{app_port}",
+                 "app.wsgi:app")
+# gunicorn 26 removed the eventlet worker: requirements.txt pins 25.x for this stage.
+GUNICORN_EVENTLET = ("gunicorn", "-c", "gunicorn/eventlet.conf.py", "-b", "{app_host}:{app_port}",
+                     "app.wsgi:app")
+GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
+                   "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
 # Socket.IO session survives only where one process serves the host (Flask-SocketIO's
 # deployment docs); stickiness across hosts is then Nginx's job.
-GUNICORN_EVENTLET_ONE = ("gunicorn", "-w", "1", "-k", "eventlet", "--keep-alive", "10",
+GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
 # The locustfiles, as Locust is given them (by path, from the repository root).
@@ -133,6 +136,15 @@ class Stage:
     def server_command(self, app_host: str = ADDRESS["app"],
                        app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
+
+    @property
+    def gunicorn_config(self) -> str | None:
+        """The gunicorn config file the server command names (`-c gunicorn/sync.conf.py`),
+        relative to the repository root; None for a server that is not gunicorn."""
+        server = list(self.server)
+        if "gunicorn" not in server or "-c" not in server:
+            return None
+        return server[server.index("-c") + 1]
 
     @property
     def app_roles(self) -> tuple[str, ...]:
