@@ -289,8 +289,10 @@ def test_lab_shows_the_server_command_of_the_registry(stage):
 def test_lab_names_its_nginx_config(stage):
     text = lab_path(stage).read_text()
     assert f"nginx/{stage.front}" in text
-    # where `lab up` renders it (benchmarks/run/runner.py running_stage + nginx_conf.render)
+    # where `lab up` renders the main file and the stage's conf.d file it includes
+    # (benchmarks/run/runner.py running_stage + nginx_conf.render)
     assert f"results/up/{stage.dirname}/nginx/nginx.conf" in text
+    assert f"results/up/{stage.dirname}/nginx/{stage.front}" in text
 
 
 @pytest.mark.parametrize("twin", TWINS, ids=lambda s: s.key)
