@@ -45,7 +45,7 @@ ADDRESS = {h.role: h.address for h in HOSTS}
 APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
 CLIENT_ROLES = ("client", "client2")  # the load hosts: a run with --client-hosts N, the first N
 SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
-# The load generator's host gets these profiles on top of the baseline (sysctl/client.conf:
+# The load generator's host gets these profiles on top of the baseline (sysctl/90-client.conf:
 # a wide port range, so that Locust never runs out of local ports).
 CLIENT_SYSCTL = ("baseline", "client")
 
@@ -109,7 +109,7 @@ class Stage:
     server: tuple[str, ...]
     redis_mode: str  # "per-request" | "pool"
     front: str | None  # its Nginx conf.d file, under nginx/ (`conf.d/proxy.conf`), or None
-    sysctl: tuple[str, ...]  # profiles under sysctl/, applied in order
+    sysctl: tuple[str, ...]  # profile names (sysctl/NN-<name>.conf), applied in order
     users: tuple[str, ...]
     checks: tuple[Check, ...]
     see: str  # what the attendee should see, one sentence
@@ -345,11 +345,21 @@ def select(spec: str) -> list[Stage]:
     return [s for s in STAGES if s.key in wanted]
 
 
+def sysctl_file(name: str) -> Path:
+    """The file of profile `name` (`tuned`): sysctl/NN-<name>.conf, numbered in the
+    order the lab applies the profiles, as /etc/sysctl.d applies them."""
+    found = sorted((ROOT / "sysctl").glob(f"[0-9][0-9]-{name}.conf"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"sysctl profile {name!r}: expected one sysctl/NN-{name}.conf, "
+                                f"found {[p.name for p in found] or 'none'}")
+    return found[0]
+
+
 def sysctl_profile(name: str) -> dict[str, str]:
-    """`key = value` lines of sysctl/<name>.conf, in order (sysctl.d format)."""
+    """`key = value` lines of the profile's sysctl/NN-<name>.conf, in order (sysctl.d
+    format)."""
     settings: dict[str, str] = {}
-    path = ROOT / "sysctl" / f"{name}.conf"
-    for raw in path.read_text().splitlines():
+    for raw in sysctl_file(name).read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -359,7 +369,7 @@ def sysctl_profile(name: str) -> dict[str, str]:
 
 
 def merged_profiles(names) -> dict[str, str]:
-    """sysctl/<name>.conf for each name, merged in order (later wins)."""
+    """The profiles' files (sysctl/NN-<name>.conf), merged in order (later wins)."""
     merged: dict[str, str] = {}
     for name in names:
         merged.update(sysctl_profile(name))
