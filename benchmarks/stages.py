@@ -45,7 +45,7 @@ ADDRESS = {h.role: h.address for h in HOSTS}
 APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
 CLIENT_ROLES = ("client", "client2")  # the load hosts: a run with --client-hosts N, the first N
 SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
-# The load generator's host gets these profiles on top of the baseline (sysctl/client.conf:
+# The load generator's host gets these profiles on top of the baseline (sysctl/90-client.conf:
 # a wide port range, so that Locust never runs out of local ports).
 CLIENT_SYSCTL = ("baseline", "client")
 
@@ -56,18 +56,21 @@ APP_PORT = 8000
 FRONT_PORT = 8080
 
 # Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
-# the venv's (the docs say `source .venv/bin/activate` first).
+# the venv's (the docs say `source .venv/bin/activate` first). A gunicorn stage's
+# settings live in its config file under gunicorn/ (what a user copies to a real
+# machine); only the address, which is the host's, stays on the command line.
 BUILTIN = ("flask", "--app", "app", "run", "--host", "{app_host}", "--port", "{app_port}")
-GUNICORN_SYNC = ("gunicorn", "-w", "4", "-b", "{app_host}:{app_port}", "app.wsgi:app")
-# gunicorn 26 removed `-k eventlet`: requirements.txt pins 25.x for this stage.
-GUNICORN_EVENTLET = ("gunicorn", "-w", "4", "-k", "eventlet", "--keep-alive", "10",
-                     "-b", "{app_host}:{app_port}", "app.wsgi:app")
-GUNICORN_GEVENT = ("gunicorn", "-w", "4", "-k", "gevent", "--keep-alive", "10",
-                   "-b", "{app_host}:{app_port}", "app.wsgi:app")
+GUNICORN_SYNC = ("gunicorn", "-c", "gunicorn/sync.conf.py", "-b", "{app_host}:{app_port}",
+                 "app.wsgi:app")
+# gunicorn 26 removed the eventlet worker: requirements.txt pins 25.x for this stage.
+GUNICORN_EVENTLET = ("gunicorn", "-c", "gunicorn/eventlet.conf.py", "-b", "{app_host}:{app_port}",
+                     "app.wsgi:app")
+GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
+                   "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
 # Socket.IO session survives only where one process serves the host (Flask-SocketIO's
 # deployment docs); stickiness across hosts is then Nginx's job.
-GUNICORN_EVENTLET_ONE = ("gunicorn", "-w", "1", "-k", "eventlet", "--keep-alive", "10",
+GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
 # The locustfiles, as Locust is given them (by path, from the repository root).
@@ -105,8 +108,8 @@ class Stage:
     title: str
     server: tuple[str, ...]
     redis_mode: str  # "per-request" | "pool"
-    front: str | None  # Nginx config under nginx/, or None
-    sysctl: tuple[str, ...]  # profiles under sysctl/, applied in order
+    front: str | None  # its Nginx conf.d file, under nginx/ (`conf.d/proxy.conf`), or None
+    sysctl: tuple[str, ...]  # profile names (sysctl/NN-<name>.conf), applied in order
     users: tuple[str, ...]
     checks: tuple[Check, ...]
     see: str  # what the attendee should see, one sentence
@@ -136,6 +139,15 @@ class Stage:
     def server_command(self, app_host: str = ADDRESS["app"],
                        app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
+
+    @property
+    def gunicorn_config(self) -> str | None:
+        """The gunicorn config file the server command names (`-c gunicorn/sync.conf.py`),
+        relative to the repository root; None for a server that is not gunicorn."""
+        server = list(self.server)
+        if "gunicorn" not in server or "-c" not in server:
+            return None
+        return server[server.index("-c") + 1]
 
     @property
     def app_roles(self) -> tuple[str, ...]:
@@ -265,50 +277,50 @@ STAGES: tuple[Stage, ...] = (
           users=ASYNC_USERS, checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
           see="the same as stage 3, on gevent", twin_of="3"),
     Stage(key="4", slug="nginx-proxy", title="Nginx in front, no upstream keep-alive",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="proxy.conf",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/proxy.conf",
           sysctl=("baseline", "narrow-ports"),
           users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
           see="TIME_WAIT between Nginx and the app; local ports run out, "
               "`(99: Cannot assign requested address)`, 502s"),
     Stage(key="4g", slug="nginx-proxy-gevent",
           title="Nginx in front, no upstream keep-alive (gevent)",
-          server=GUNICORN_GEVENT, redis_mode="pool", front="proxy.conf",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="conf.d/proxy.conf",
           sysctl=("baseline", "narrow-ports"),
           users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
           see="the same as stage 4, on gevent", twin_of="4"),
     Stage(key="5", slug="upstream-keepalive", title="Nginx upstream keep-alive + tcp_tw_reuse",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
           see="errors gone, Nginx-to-app TIME_WAIT ~0"),
     Stage(key="5g", slug="upstream-keepalive-gevent",
           title="Nginx upstream keep-alive + tcp_tw_reuse (gevent)",
-          server=GUNICORN_GEVENT, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
           see="the same as stage 5, on gevent", twin_of="5"),
     Stage(key="6", slug="scale-out", title="two app hosts behind Nginx",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
           checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
                   NO_FAILURES),
           see="the requests split over two app hosts; a Socket.IO message crosses from one "
               "to the other through Redis"),
     Stage(key="6g", slug="scale-out-gevent", title="two app hosts behind Nginx (gevent)",
-          server=GUNICORN_GEVENT, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_GEVENT, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
           checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
                   NO_FAILURES),
           see="the same as stage 6, on gevent", twin_of="6"),
     Stage(key="6p", slug="scale-out-polling", title="two app hosts, polling clients, round robin",
-          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
           socketio_transport="polling",
           checks=(SPREAD_LOW, SPREAD_HIGH, POLLING_400S, POLLING_FAILS),
           see="Socket.IO over long-polling breaks: a session's polls land on both app hosts",
           twin_of="6"),
     Stage(key="6i", slug="scale-out-ip-hash", title="two app hosts, polling clients, ip_hash",
-          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
           socketio_transport="polling", balance="ip_hash",
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, PINNED),
@@ -352,11 +364,21 @@ def select(spec: str) -> list[Stage]:
     return [s for s in STAGES if s.key in wanted]
 
 
+def sysctl_file(name: str) -> Path:
+    """The file of profile `name` (`tuned`): sysctl/NN-<name>.conf, numbered in the
+    order the lab applies the profiles, as /etc/sysctl.d applies them."""
+    found = sorted((ROOT / "sysctl").glob(f"[0-9][0-9]-{name}.conf"))
+    if len(found) != 1:
+        raise FileNotFoundError(f"sysctl profile {name!r}: expected one sysctl/NN-{name}.conf, "
+                                f"found {[p.name for p in found] or 'none'}")
+    return found[0]
+
+
 def sysctl_profile(name: str) -> dict[str, str]:
-    """`key = value` lines of sysctl/<name>.conf, in order (sysctl.d format)."""
+    """`key = value` lines of the profile's sysctl/NN-<name>.conf, in order (sysctl.d
+    format)."""
     settings: dict[str, str] = {}
-    path = ROOT / "sysctl" / f"{name}.conf"
-    for raw in path.read_text().splitlines():
+    for raw in sysctl_file(name).read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -366,7 +388,7 @@ def sysctl_profile(name: str) -> dict[str, str]:
 
 
 def merged_profiles(names) -> dict[str, str]:
-    """sysctl/<name>.conf for each name, merged in order (later wins)."""
+    """The profiles' files (sysctl/NN-<name>.conf), merged in order (later wins)."""
     merged: dict[str, str] = {}
     for name in names:
         merged.update(sysctl_profile(name))

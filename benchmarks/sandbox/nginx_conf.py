@@ -1,14 +1,22 @@
 """Render the real Nginx configs in nginx/ for one stage, and check them with `nginx -t`.
 
+Two files per stage, as on a real machine: the lab's main file, nginx/nginx.conf
+(the process, its logs, limits and temp folders, all under the run folder), which
+`include`s the stage's conf.d file, nginx/conf.d/proxy.conf or
+nginx/conf.d/upstream-keepalive.conf (the `upstream` and the `server`: what a user
+copies to /etc/nginx/conf.d/). Both are rendered into the run folder, the main one
+as nginx.conf, the stage's at the same path as under nginx/ (conf.d/...).
+
 The files use at-sign placeholders such as `@FRONT_PORT@` (Nginx's own syntax already uses
-`$name`); `@APP_SERVERS@` becomes one upstream `server` line per app host.
+`$name`); `@APP_SERVERS@` becomes one upstream `server` line per app host, and
+`@FRONT_CONF@` the rendered stage file's path.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.sandbox import procs
@@ -16,29 +24,45 @@ from benchmarks.stages import ROOT
 
 NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root), "
               "or run `make setup`.")
+NGINX = ROOT / "nginx"
+MAIN = "nginx.conf"  # the lab's main file, under nginx/ and in the run folder
+
+
+def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = ()) -> str:
+    """nginx/<name> with its placeholders filled: `@NAME@` from `values`, and a line
+    holding only `@APP_SERVERS@` replaced by `app_servers`, one a line, indented as it
+    was. ValueError for a placeholder left."""
+    text = re.sub(r"^( *)@APP_SERVERS@$",
+                  lambda m: "\n".join(m[1] + ln for ln in app_servers),
+                  (NGINX / name).read_text(), flags=re.M)
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    left = re.findall(r"@[A-Z_]+@", text)
+    if left:
+        raise ValueError(f"nginx/{name}: unknown placeholders {sorted(set(left))}")
+    return text
 
 
 def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
            front: tuple[str, int], balance: str | None = None) -> Path:
-    """Write nginx/<template> filled in for this run to run_dir/nginx.conf: the app
-    hosts' (address, port) as the upstream's servers, after the upstream's `balance`
-    method if any (`ip_hash`; none: round robin), and Nginx's own (address, port) to
-    listen on."""
+    """Render the stage's nginx/<template> (`conf.d/proxy.conf`) to run_dir/<template>,
+    and the main nginx/nginx.conf, which includes it, to run_dir/nginx.conf; return the
+    main file's path. The app hosts' (address, port) become the upstream's servers, after
+    the upstream's `balance` method if any (`ip_hash`; none: round robin); `front` is
+    Nginx's own (address, port) to listen on."""
     if not apps:
         raise ValueError("an upstream needs at least one app server")
-    lines = [f"{balance};"] if balance else []
-    lines += [f"server {host}:{port};" for host, port in apps]
-    text = re.sub(r"^( *)@APP_SERVERS@$", lambda m: "\n".join(m[1] + ln for ln in lines),
-                  (ROOT / "nginx" / template).read_text(), flags=re.M)
-    values = {"RUN_DIR": str(run_dir), "FRONT_HOST": front[0], "FRONT_PORT": str(front[1])}
-    for name, value in values.items():
-        text = text.replace(f"@{name}@", value)
-    left = re.findall(r"@[A-Z_]+@", text)
-    if left:
-        raise ValueError(f"nginx/{template}: unknown placeholders {sorted(set(left))}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    out = run_dir / "nginx.conf"
-    out.write_text(text)
+    if template == MAIN:
+        raise ValueError(f"nginx/{MAIN} is the main file; name the stage's conf.d file")
+    servers = ([f"{balance};"] if balance else []) + [f"server {h}:{p};" for h, p in apps]
+    stage_text = fill(template, {"FRONT_HOST": front[0], "FRONT_PORT": str(front[1])},
+                      servers)
+    included = run_dir / template
+    main_text = fill(MAIN, {"RUN_DIR": str(run_dir), "FRONT_CONF": str(included)})
+    included.parent.mkdir(parents=True, exist_ok=True)
+    included.write_text(stage_text)
+    out = run_dir / MAIN
+    out.write_text(main_text)
     return out
 
 

@@ -73,14 +73,21 @@ SUMMARY_COLUMNS = ("workers", "n", "rps_mean", "rps_sd", "p50_mean", "p95_mean",
 def with_workers(stage: Stage, workers: int) -> Stage:
     """A copy of `stage` whose gunicorn command runs `workers` workers.
 
-    The registry's command stays the one source of truth: only the value after
-    `-w` changes. Key, slug and checks stay the stage's, so its results folder
-    (`02-connection-pool`) and its checks read the same as in `lab run`.
+    The stage's config file (`-c gunicorn/sync.conf.py`) stays the one source of
+    truth: `-w N` goes on the command line right after it, and gunicorn's
+    command line wins over the file. Key, slug and checks stay the stage's, so
+    its results folder (`02-connection-pool`) and its checks read the same as in
+    `lab run`.
     """
     server = list(stage.server)
-    if "-w" not in server:
-        raise ValueError(f"stage {stage.key} ({server[0]}) has no `-w`: not a gunicorn stage")
-    server[server.index("-w") + 1] = str(workers)
+    if stage.gunicorn_config is None:
+        raise ValueError(f"stage {stage.key} ({server[0]}) has no gunicorn config (`-c`): "
+                         "not a gunicorn stage")
+    if "-w" in server:
+        server[server.index("-w") + 1] = str(workers)
+    else:
+        at = server.index("-c") + 2
+        server[at:at] = ["-w", str(workers)]
     return dataclasses.replace(stage, server=tuple(server))
 
 
@@ -291,7 +298,7 @@ def placed(opts: options.RunOptions) -> str:
 def run_sweep(args) -> int:
     stage = stages.get(args.stage)
     try:
-        with_workers(stage, 1)  # a clear error now for a stage without `-w`
+        with_workers(stage, 1)  # a clear error now for a stage that is not gunicorn
     except ValueError as e:
         raise options.OptionsError(str(e)) from e
     if args.repeats < 1:

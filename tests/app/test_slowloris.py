@@ -75,7 +75,7 @@ def target(kind: str, redis_url: str, tmp_path):
             yield url
             return
         front = ("127.0.0.1", procs.free_port())
-        conf = nginx_conf.render("upstream-keepalive.conf", tmp_path / "nginx",
+        conf = nginx_conf.render("conf.d/upstream-keepalive.conf", tmp_path / "nginx",
                                  apps=[("127.0.0.1", int(url.rsplit(":", 1)[1]))], front=front)
         nginx = procs.start(nginx_conf.command(conf), log=tmp_path / "nginx.out")
         try:

@@ -3,7 +3,8 @@
 A ```text block right after a ```bash block is that block's output. Where the
 program decides the output without load, it is compared with the program now:
 the stage list (`lab list`), a host's sysctls (from the registry and sysctl/),
-lines of a stage's Nginx config (the same grep on a freshly rendered config).
+lines of a stage's Nginx config (the same grep on a freshly rendered one: the main
+nginx.conf or the stage's conf.d file).
 Every captured line must be there, in order; `...` stands for lines left out.
 The outputs of `make lab` (measurements) are compared by shape with a real run
 in tests/lab/test_lab.py.
@@ -25,7 +26,8 @@ from benchmarks.sandbox import nginx_conf
 ROOT = stages.ROOT
 UP = re.compile(r"python -m benchmarks\.lab up (\S+)")
 SYSCTL = re.compile(r"python -m benchmarks\.lab exec --host (\w+) -- sysctl ([\w. ]+)$")
-NGINX_GREP = re.compile(r"grep -nE ('[^']+')\s+results/up/([\w-]+)/nginx/nginx\.conf$")
+NGINX_GREP = re.compile(
+    r"grep -nE ('[^']+')\s+results/up/([\w-]+)/nginx/(nginx\.conf|conf\.d/[\w-]+\.conf)$")
 
 
 def outputs(path: Path):
@@ -67,12 +69,12 @@ def expected(stage, commands, tmp: Path) -> list[str] | None:
             values = host_sysctls(stage, host)
             lines += [f"{k} = {values[k].replace(' ', chr(9))}" for k in keys.split()]
         elif NGINX_GREP.search(c.text):
-            pattern, dirname = NGINX_GREP.search(c.text).groups()
+            pattern, dirname, name = NGINX_GREP.search(c.text).groups()
             shown = next(s for s in stages.STAGES if s.dirname == dirname)
             apps = [(stages.ADDRESS[role], stages.APP_PORT) for role in shown.app_roles]
-            conf = nginx_conf.render(shown.front, tmp / dirname, apps=apps,
-                                     front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
-            lines += subprocess.run(f"grep -nE {pattern} {conf}", shell=True,
+            nginx_conf.render(shown.front, tmp / dirname, apps=apps,
+                              front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
+            lines += subprocess.run(f"grep -nE {pattern} {tmp / dirname / name}", shell=True,
                                     capture_output=True, text=True).stdout.splitlines()
         else:
             return None

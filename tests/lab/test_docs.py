@@ -289,8 +289,10 @@ def test_lab_shows_the_server_command_of_the_registry(stage):
 def test_lab_names_its_nginx_config(stage):
     text = lab_path(stage).read_text()
     assert f"nginx/{stage.front}" in text
-    # where `lab up` renders it (benchmarks/run/runner.py running_stage + nginx_conf.render)
+    # where `lab up` renders the main file and the stage's conf.d file it includes
+    # (benchmarks/run/runner.py running_stage + nginx_conf.render)
     assert f"results/up/{stage.dirname}/nginx/nginx.conf" in text
+    assert f"results/up/{stage.dirname}/nginx/{stage.front}" in text
 
 
 @pytest.mark.parametrize("twin", TWINS, ids=lambda s: s.key)
@@ -589,10 +591,13 @@ def make_problem(words: list[str]) -> str:
 
 
 def gunicorn_problem(words: list[str]) -> str:
-    """gunicorn's own parser, and an app module that exists."""
+    """gunicorn's own parser, a config file that exists (`-c`, from the repository
+    root, where the docs run it) and an app module that exists."""
     args = parsed(gunicorn.config.Config().parser(), words)
     if isinstance(args, str):
         return args
+    if args.config and not (ROOT / args.config).is_file():
+        return f"-c {args.config}: no such file"
     missing = [a for a in args.args if importlib.util.find_spec(a.split(":")[0]) is None]
     return f"no module {missing}" if missing else ""
 
@@ -810,8 +815,9 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
         "locust -f benchmarks/kv.py --headless -u 5 ChatUser",           # 7
         "wrk -t2 -c10 -z 5 http://198.18.0.30:8000/kv/1",                # 8
         "python -m benchmarks.studies.sweep --workers 0",                # 9
-        "wrk -t2 -c100 -d30s --latency http://198.18.0.30:8000/kv/1",    # 10: fine
-        "python -m benchmarks.lab exec -- locust --headless -u 20 -r 20 -t 10s",  # 11: fine
+        "gunicorn -c gunicorn/no-such.conf.py -b 127.0.0.1:8000 app.wsgi:app",  # 10
+        "wrk -t2 -c100 -d30s --latency http://198.18.0.30:8000/kv/1",    # 11: fine
+        "python -m benchmarks.lab exec -- locust --headless -u 20 -r 20 -t 10s",  # 12: fine
         "```",
         "```console",
         "$ python -m benchmarks.lab list",
@@ -823,11 +829,12 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
     assert found[0].startswith(f"{doc}:2: `frobnicate --all`: no rule"), found[0]
     expected = {3: "unrecognized arguments: --no-such-flag", 4: "unknown stage '99'",
                 5: "unknown stage '7'", 6: "argument -t/--run-time", 7: "no user class",
-                8: "wrk has no option -z", 9: "worker counts must be integers >= 1"}
+                8: "wrk has no option -z", 9: "worker counts must be integers >= 1",
+                10: "-c gunicorn/no-such.conf.py: no such file"}
     for line, why in expected.items():
         assert f"{doc}:{line}: " in found[line - 2] and why in found[line - 2], found[line - 2]
     assert found[-2:] == ["", ""]
-    assert unlabelled_fences(doc) == [f"{doc}:13: ```console"]
+    assert unlabelled_fences(doc) == [f"{doc}:14: ```console"]
 
 
 def test_docs_name_every_package_make_setup_installs():

@@ -63,7 +63,8 @@ def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
                              front=("127.0.0.1", procs.free_port()), balance=stage.balance)
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr
-    upstream = [ln.strip() for ln in conf.read_text().split("upstream app {")[1]
+    included = (tmp_path / stage.front).read_text()  # the stage's conf.d file, rendered
+    upstream = [ln.strip() for ln in included.split("upstream app {")[1]
                 .split("}")[0].splitlines() if ln.strip() and not ln.strip().startswith("#")]
     servers = [f"server 127.0.0.1:{port};" for _, port in apps]
     wanted = ([f"{stage.balance};"] if stage.balance else []) + servers

@@ -23,15 +23,16 @@ def test_with_workers_changes_only_the_worker_count(key):
     stage = stages.get(key)
     eight = sweep.with_workers(stage, 8)
     cmd, original = eight.server_command(), stage.server_command()
-    i = original.index("-w")
-    assert cmd[i + 1] == "8"
-    assert cmd[:i + 1] + cmd[i + 2:] == original[:i + 1] + original[i + 2:]
+    after = original.index(stage.gunicorn_config) + 1  # `-w 8` right after the config file
+    assert cmd == [*original[:after], "-w", "8", *original[after:]]
+    assert sweep.with_workers(eight, 2).server_command() == [
+        *original[:after], "-w", "2", *original[after:]]  # replaced, not added twice
     assert (eight.key, eight.dirname, eight.checks) == (stage.key, stage.dirname, stage.checks)
     assert stages.get(key).server == stage.server  # the registry is not changed
 
 
 def test_with_workers_refuses_a_stage_without_workers():
-    with pytest.raises(ValueError, match="no `-w`"):
+    with pytest.raises(ValueError, match="not a gunicorn stage"):
         sweep.with_workers(stages.get("0"), 2)
 
 

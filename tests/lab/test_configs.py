@@ -1,0 +1,261 @@
+"""The lab runs exactly the configs a user copies to real machines (issue 16, part 6).
+
+gunicorn/*.conf.py, nginx/conf.d/*.conf and sysctl/NN-*.conf are the files the
+README says to take home. Nothing here trusts the lab's own readers of them:
+
+- gunicorn: the command each app host gets, as benchmarks/run/runner.py's Stack
+  starts it (with the lab's GUNICORN_CMD_ARGS), names the stage's config file,
+  and gunicorn's own loader reads the settings back from that file.
+- Nginx: the rendered main file includes the stage's conf.d file, and the
+  rendered conf.d file is the one under nginx/conf.d/ with only its placeholders
+  filled; `nginx -t` passes (Stack.start runs it).
+- sysctl: what the lab writes on each host is what `sysctl --system` would apply
+  from that host's sysctl/NN-*.conf files, read here with a parser of this file's
+  own, in file-name order. (On a machine too slow to fill stage 4's port range,
+  runner.fit_port_range narrows it further during the run: lab 05.)
+
+Nothing is started: Stack._start, which would start a server, only records.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import gunicorn.app.wsgiapp
+import gunicorn.config
+import pytest
+
+from benchmarks import stages
+from benchmarks.run import results, runner
+from benchmarks.sandbox import nginx_conf, procs, sandbox
+
+ROOT = stages.ROOT
+PROXIED = [s for s in stages.STAGES if s.front]
+
+# What each gunicorn file must hold: the stages' settings from before the files
+# (`gunicorn -w 4 -k eventlet --keep-alive 10 ...`), timeouts at gunicorn's defaults.
+SETTINGS = {
+    "gunicorn/sync.conf.py": dict(worker_class="sync", workers=4, keepalive=2),
+    "gunicorn/eventlet.conf.py": dict(worker_class="eventlet", workers=4, keepalive=10),
+    "gunicorn/gevent.conf.py": dict(worker_class="gevent", workers=4, keepalive=10),
+    "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
+                                                 keepalive=10),
+}
+TIMEOUTS = dict(timeout=30, graceful_timeout=30)
+
+
+class Box:
+    """What Stack needs of a sandbox: every host on 127.0.0.1 with a free port of its
+    own (so that `nginx -t` can bind the proxy's), and no prefix."""
+
+    def __init__(self, stage: stages.Stage):
+        self.ports = {role: procs.free_port() for role in stage.roles}
+
+    def address(self, role: str) -> str:
+        return "127.0.0.1"
+
+    def port(self, role: str) -> int:
+        return self.ports[role]
+
+    def url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self.ports[role]}"
+
+    def prefix(self, role: str) -> list[str]:
+        return []
+
+
+def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dict]:
+    """Stack.start for `stage`, with nothing started: name -> (role, argv, env) of every
+    server it would start."""
+    calls = {}
+    monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None:
+                        calls.__setitem__(name, (role, cmd, env)))
+    monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url, timeout=30: None)
+    box = Box(stage)
+    runner.Stack(stage, box, stage_dir).start()
+    return box, calls
+
+
+def gunicorn_reads(argv: list[str], env: dict, monkeypatch):
+    """gunicorn's resolved config for this command line and environment, loaded the
+    way `gunicorn` loads it (file, then GUNICORN_CMD_ARGS, then the command line), from
+    the repository root, where the lab starts it. The app is not imported."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["gunicorn", *argv])
+    monkeypatch.setenv("GUNICORN_CMD_ARGS", env.get("GUNICORN_CMD_ARGS", ""))
+    return gunicorn.app.wsgiapp.WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
+
+
+# --- gunicorn --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.key)
+def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypatch):
+    box, calls = started(stage, tmp_path, monkeypatch)
+    for role in stage.app_roles:
+        _, cmd, env = calls[role]
+        if stage.server[0] == "flask":
+            assert Path(cmd[0]).name == "flask" and stage.gunicorn_config is None
+            continue
+        assert Path(cmd[0]).name == "gunicorn", cmd
+        assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("-c", "--config")] == [
+            stage.gunicorn_config], f"stage {stage.key}: {cmd}"
+        assert (ROOT / stage.gunicorn_config).is_file()
+        cfg = gunicorn_reads(cmd[1:], env, monkeypatch)
+        wanted = {**SETTINGS[stage.gunicorn_config], **TIMEOUTS}
+        read = dict(worker_class=cfg.worker_class_str, workers=cfg.workers,
+                    keepalive=cfg.keepalive, timeout=cfg.timeout,
+                    graceful_timeout=cfg.graceful_timeout)
+        assert read == wanted, f"stage {stage.key} on {role}"
+        assert cfg.bind == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
+        # the lab's own addition, GUNICORN_CMD_ARGS, is read too
+        assert cfg.accesslog == str(tmp_path / results.app_access_log(role))
+
+
+@pytest.mark.parametrize("path", sorted(SETTINGS))
+def test_gunicorn_files_set_only_real_settings_and_say_how_to_run(path):
+    """gunicorn skips a name it does not know (`keep_alive = 10` would be lost without a
+    word), so every name a file sets must be a setting; and the file's values are the
+    ones gunicorn reads in the test above."""
+    text = (ROOT / path).read_text()
+    names = {k: v for k, v in runpy.run_path(str(ROOT / path)).items()
+             if not k.startswith("__")}
+    known = gunicorn.config.Config().settings
+    assert sorted(set(names) - set(known)) == [], f"{path}: not gunicorn settings"
+    assert names == {**SETTINGS[path], **TIMEOUTS}
+    assert f"gunicorn -c {path} -b HOST:PORT app.wsgi:app" in text
+    assignments = [n for n, line in enumerate(text.splitlines()) if re.match(r"\w+ = ", line)]
+    lines = text.splitlines()
+    uncommented = [lines[n] for n in assignments if not lines[n - 1].startswith("#")]
+    assert not uncommented, f"{path}: every setting has its reason above it"
+
+
+def test_every_gunicorn_file_is_a_stages():
+    used = {s.gunicorn_config for s in stages.STAGES} - {None}
+    files = {str(p.relative_to(ROOT)) for p in (ROOT / "gunicorn").iterdir()}
+    assert files == used == set(SETTINGS)
+
+
+# --- Nginx -----------------------------------------------------------------------
+
+
+def filled(template: str, rendered: str) -> dict[str, set[str]]:
+    """The values the placeholders of `template` (`@NAME@`) took in `rendered`;
+    AssertionError when anything else differs."""
+    parts = re.split(r"@([A-Z_]+)@", template)
+    names = parts[1::2]
+    pattern = "".join(re.escape(p) if i % 2 == 0 else "(.*?)" for i, p in enumerate(parts))
+    match = re.fullmatch(pattern, rendered, re.S)
+    assert match, "the rendered file differs from its template beyond the placeholders"
+    values: dict[str, set[str]] = {}
+    for name, value in zip(names, match.groups(), strict=True):
+        values.setdefault(name, set()).add(value)
+    return values
+
+
+@pytest.mark.parametrize("stage", PROXIED, ids=lambda s: s.key)
+def test_nginx_runs_the_main_file_which_includes_the_stages_conf_d_file(
+        stage, tmp_path, monkeypatch):
+    box, calls = started(stage, tmp_path, monkeypatch)
+    rendered = tmp_path / results.NGINX_DIR
+    main, included = rendered / nginx_conf.MAIN, rendered / stage.front
+    _, cmd, _ = calls["nginx"]
+    assert cmd[cmd.index("-c") + 1] == str(main)
+    assert stage.front.startswith("conf.d/") and (ROOT / "nginx" / stage.front).is_file()
+
+    main_text = main.read_text()
+    assert re.findall(r"^\s*include\s+(\S+);", main_text, re.M) == [str(included)]
+    assert filled((ROOT / "nginx" / nginx_conf.MAIN).read_text(), main_text) == {
+        "RUN_DIR": {str(rendered)}, "FRONT_CONF": {str(included)}}
+
+    values = filled((ROOT / "nginx" / stage.front).read_text(), included.read_text())
+    servers = values.pop("APP_SERVERS")
+    assert values == {"FRONT_HOST": {"127.0.0.1"}, "FRONT_PORT": {str(box.port("proxy"))}}
+    (lines,) = servers
+    wanted = ([f"{stage.balance};"] if stage.balance else []) + [
+        f"server 127.0.0.1:{box.port(role)};" for role in stage.app_roles]
+    assert [ln.strip() for ln in lines.splitlines()] == wanted
+    checked = nginx_conf.check(main)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_every_conf_d_file_is_a_stages():
+    files = {f"conf.d/{p.name}" for p in (ROOT / "nginx" / "conf.d").iterdir()}
+    assert files == {s.front for s in PROXIED}
+
+
+# --- sysctl ----------------------------------------------------------------------
+
+
+def read_sysctl_d(path: Path) -> dict[str, str]:
+    """`key = value` lines as sysctl(8) reads a sysctl.d file (`#`, `;` comments)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and line[0] not in "#;":
+            key, value = line.split("=", 1)
+            found[key.strip()] = " ".join(value.split())
+    return found
+
+
+def host_files(stage: stages.Stage, role: str) -> list[Path]:
+    """The sysctl/NN-*.conf files of a host, in the order the lab applies its profiles:
+    the baseline, then the client's on a load host, the stage's on a connecting host."""
+    names = (stages.CLIENT_SYSCTL if role in stages.CLIENT_ROLES
+             else ("baseline", *stage.sysctl) if role in stage.connecting_roles
+             else ("baseline",))
+    return [next((ROOT / "sysctl").glob(f"[0-9][0-9]-{name}.conf")) for name in names]
+
+
+@pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.key)
+def test_each_host_gets_exactly_its_sysctl_d_files(stage):
+    box = sandbox.Sandbox(stage, "netns", client_hosts=len(stages.CLIENT_ROLES))
+    written = box.network.sysctls  # what hosts.Network writes inside each namespace
+    assert set(written) == set(box.roles)
+    for role, values in written.items():
+        files = host_files(stage, role)
+        # /etc/sysctl.d applies files in name order: the numbers keep the lab's order
+        assert [f.name for f in files] == sorted(f.name for f in files), (stage.key, role)
+        merged: dict[str, str] = {}
+        for path in sorted(files):
+            merged.update(read_sysctl_d(path))
+        assert values == merged, (stage.key, role, [f.name for f in files])
+
+
+def test_sysctl_d_files_are_named_and_say_how_to_install():
+    profiles = {n for s in stages.STAGES for n in s.sysctl} | {"baseline",
+                                                                *stages.CLIENT_SYSCTL}
+    files = sorted(p.name for p in (ROOT / "sysctl").glob("*.conf") if p.name != "limits.conf")
+    assert {re.fullmatch(r"\d\d-([a-z-]+)\.conf", f)[1] for f in files} == profiles, files
+    for name in files:
+        text = (ROOT / "sysctl" / name).read_text()
+        assert f"sudo cp sysctl/{name} /etc/sysctl.d/ && sudo sysctl --system" in text
+        assert "--apply-host-sysctls" in text  # the only way the lab touches the machine's
+
+
+def test_the_lab_reads_a_profile_from_its_numbered_file(tmp_path, monkeypatch):
+    assert stages.sysctl_file("tuned") == ROOT / "sysctl" / "70-tuned.conf"
+    (tmp_path / "sysctl").mkdir()
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    with pytest.raises(FileNotFoundError, match="sysctl/NN-tuned.conf, found none"):
+        stages.sysctl_profile("tuned")
+    for name in ("70-tuned.conf", "75-tuned.conf"):
+        (tmp_path / "sysctl" / name).write_text("net.ipv4.tcp_tw_reuse = 1\n")
+    with pytest.raises(FileNotFoundError, match="found"):
+        stages.sysctl_profile("tuned")
+
+
+def test_gunicorn_check_config_accepts_a_stage_command():
+    """The real `gunicorn --check-config` on stage 5g's command (gevent: no deprecation
+    noise), from the repository root; it imports the app, which needs a secret key but
+    no Redis to load (nothing listens on port 1)."""
+    cmd = stages.get("5g").server_command("127.0.0.1", procs.free_port())
+    env = procs.child_env(FLASK_SECRET_KEY="check-config",
+                          FLASK_REDIS_URL="redis://127.0.0.1:1/0")
+    done = subprocess.run([procs.tool("gunicorn"), "--check-config", *cmd[1:]], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
