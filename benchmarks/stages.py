@@ -328,8 +328,8 @@ STAGES: tuple[Stage, ...] = (
           twin_of="6"),
     Stage(key="6h", slug="scale-out-hash", title="two app hosts, polling clients, "
           "hash $remote_addr", server=GUNICORN_EVENTLET_ONE, redis_mode="pool",
-          front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS,
-          app_hosts=2, env=POLLING, socketio_transport="polling", client_hosts=2,
+          front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"),
+          users=ASYNC_USERS, app_hosts=2, env=POLLING, socketio_transport="polling", client_hosts=2,
           balance="hash $remote_addr consistent",
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, TWO_KEYS),
           see="polling works; the two client hosts' addresses both hash to one app host",
