@@ -56,10 +56,11 @@ def cmd_run(args) -> int:
 
 def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict], list[str]]:
     """Every stage of `opts` into run_dir, then the report; (what ran, keys that failed)."""
+    cpus = opts.placement.as_dict()
+    apps = f", app hosts' CPUs {cpus['app_cpus']}" if "app_cpus" in cpus else ""
     say(f"lab: {len(opts.stages)} stage(s), {opts.duration:g} s each, {opts.users} users, "
-        f"sandbox {opts.sandbox}, server CPUs {opts.placement.as_dict()['server_cpus']}, "
-        f"client CPUs {opts.placement.as_dict()['client_cpus']}; results in "
-        f"{results.rel(run_dir)}")
+        f"sandbox {opts.sandbox}, server CPUs {cpus['server_cpus']}{apps}, "
+        f"client CPUs {cpus['client_cpus']}; results in {results.rel(run_dir)}")
     if opts.placement.overlap:
         say(f"note: the server and the client share CPU {opts.placement.as_dict()['overlap']}: "
             "the numbers then depend on how much CPU Locust takes")
@@ -125,7 +126,8 @@ def cmd_up(args) -> int:
     opts = options.RunOptions(stages=(stage,), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
-                              client_cpus=args.client_cpus, client_hosts=args.client_hosts)
+                              client_cpus=args.client_cpus, app_cpus=args.app_cpus,
+                              client_hosts=args.client_hosts)
     state = results.up_state(opts.results)
     runner.refuse_if_up(opts.results)
     listener = web_ui.claim_port(args.ui_port)  # before anything starts
@@ -272,6 +274,9 @@ def add_host_counts(parser: argparse.ArgumentParser, defaults: options.RunOption
     parser.add_argument("--app-hosts", type=int, default=None,
                         help="app hosts behind Nginx, in stages that have it (default: the "
                              "stage's own, 2 in stage 6 and its twins)")
+    parser.add_argument("--app-cpus", metavar="CPUS/CPUS",
+                        help="a CPU set per app host, app's then app2's: 2-3/4-5 (default: "
+                             "the server roles' set, shared); for scaling on a bigger box")
 
 
 def build_parser() -> argparse.ArgumentParser:

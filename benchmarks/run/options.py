@@ -40,6 +40,7 @@ class RunOptions:
     strict: bool = False  # exit 3 when a check fails
     server_cpus: str | None = None  # CPU set of the server roles (default: the last CPU)
     client_cpus: str | None = None  # CPU set of the client (default: the others)
+    app_cpus: str | None = None  # a CPU set per app host, `2-3/4-5` (default: the server's)
     screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
     client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
 
@@ -78,9 +79,9 @@ class RunOptions:
     def placement(self) -> hosts.Placement:
         """Which CPUs the server roles and the client run on."""
         try:
-            return hosts.placement(self.server_cpus, self.client_cpus)
+            return hosts.placement(self.server_cpus, self.client_cpus, apps=self.app_cpus)
         except ValueError as e:
-            raise OptionsError(f"--server-cpus/--client-cpus: {e}") from e
+            raise OptionsError(f"--server-cpus/--client-cpus/--app-cpus: {e}") from e
 
     @property
     def stage_keys(self) -> list[str]:
@@ -152,4 +153,5 @@ def from_args(args) -> RunOptions:
         locust_args=split_locust_args(args.locust_args), sandbox=args.sandbox,
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
+        app_cpus=args.app_cpus,
         screenshots=args.screenshots, client_hosts=args.client_hosts)

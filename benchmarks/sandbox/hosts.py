@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from benchmarks.stages import HOSTS, SERVER_ROLES, Host
+from benchmarks.stages import APP_ROLES, CLIENT_ROLES, HOSTS, Host
 
 NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace
 NS_PREFIX = "ftl-"  # every namespace the lab makes: `ftl-<pid>-<tag>-<role>`
@@ -58,7 +58,6 @@ class NetworkError(RuntimeError):
 
 
 ROLES = tuple(h.role for h in HOSTS)
-CLIENT_ROLES = tuple(r for r in ROLES if r not in SERVER_ROLES)
 
 
 def host_sysctls(stage: Mapping[str, str], baseline: Mapping[str, str],
@@ -130,25 +129,31 @@ class Placement:
 
     server: frozenset[int]
     client: frozenset[int]
+    apps: tuple[frozenset[int], ...] = ()  # --app-cpus: app, app2 each its own set
 
     @property
     def overlap(self) -> frozenset[int]:
         """CPUs both sides share (empty when the server has its own): the report says so."""
-        return self.server & self.client
+        return (self.server.union(*self.apps)) & self.client
 
     def cpus(self, roles: Iterable[str]) -> dict[str, frozenset[int]]:
-        """role -> CPU set, for Network(cpus=...)."""
-        return {r: self.client if r in CLIENT_ROLES else self.server for r in roles}
+        """role -> CPU set, for Network(cpus=...): an app host with a set of its own
+        (--app-cpus) on it, the other server roles on the server's."""
+        own = dict(zip(APP_ROLES, self.apps, strict=False))  # fewer sets: the rest share
+        return {r: self.client if r in CLIENT_ROLES else own.get(r, self.server)
+                for r in roles}
 
     def as_dict(self) -> dict:
         """For run.json."""
+        apps = {"app_cpus": "/".join(format_cpus(cpus) for cpus in self.apps)} if self.apps else {}
         return {"server_cpus": format_cpus(self.server), "client_cpus": format_cpus(self.client),
-                "overlap": format_cpus(self.overlap), "pinning": "taskset -c"}
+                **apps, "overlap": format_cpus(self.overlap), "pinning": "taskset -c"}
 
 
 def placement(server: str | None = None, client: str | None = None,
-              available: Iterable[int] | None = None) -> Placement:
-    """The CPU sets: `--server-cpus` / `--client-cpus` if given, else the default.
+              available: Iterable[int] | None = None, apps: str | None = None) -> Placement:
+    """The CPU sets: `--server-cpus` / `--client-cpus` if given, else the default, and
+    `--app-cpus` (`2-3/4-5`: app's set, then app2's) if given.
 
     Default on 2+ CPUs: the server roles on the last CPU, the client on the
     others (2 cores: server {1}, client {0}), so the server has one core, as
@@ -157,9 +162,14 @@ def placement(server: str | None = None, client: str | None = None,
     have = sorted(os.sched_getaffinity(0) if available is None else available)
     default_server = frozenset(have[-1:])
     default_client = frozenset(have[:-1]) or default_server
+    app_sets = apps.split("/") if apps is not None else []
+    if len(app_sets) > len(APP_ROLES):
+        raise ValueError(f"--app-cpus {apps!r}: {len(app_sets)} sets for "
+                         f"{len(APP_ROLES)} app hosts (one set per host, separated by /)")
     return Placement(
         server=parse_cpus(server, have) if server is not None else default_server,
-        client=parse_cpus(client, have) if client is not None else default_client)
+        client=parse_cpus(client, have) if client is not None else default_client,
+        apps=tuple(parse_cpus(spec, have) for spec in app_sets))
 
 
 # --- namespaces and processes -----------------------------------------------------

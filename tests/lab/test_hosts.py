@@ -104,6 +104,18 @@ def test_placement():
         "client": {0}, "proxy": {1}, "app": {1}, "redis": {1}}
     with pytest.raises(ValueError, match="not available"):
         hosts.placement(server="7", available=[0, 1])
+    # --app-cpus: each app host its own set, the other server roles on the server's
+    four_apps = hosts.placement(server="1", client="0", apps="2/3", available=[0, 1, 2, 3])
+    assert four_apps.cpus(["client", "proxy", "app", "app2", "redis"]) == {
+        "client": {0}, "proxy": {1}, "app": {2}, "app2": {3}, "redis": {1}}
+    assert four_apps.as_dict()["app_cpus"] == "2/3" and not four_apps.overlap
+    one_set = hosts.placement(apps="0", available=[0, 1])  # app2 shares the server's
+    assert one_set.cpus(["app", "app2"]) == {"app": {0}, "app2": {1}}
+    assert one_set.overlap == {0}, "an app host on the client's CPU is an overlap"
+    with pytest.raises(ValueError, match="3 sets for 2 app hosts"):
+        hosts.placement(apps="0/1/1", available=[0, 1])
+    with pytest.raises(ValueError, match="not available"):
+        hosts.placement(apps="1/7", available=[0, 1])
 
 
 def test_roles_classes_and_sysctls_per_host():

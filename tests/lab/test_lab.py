@@ -400,6 +400,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--app-hosts", "2", "--stages", "3,5"], "stage(s) 3 have no proxy to spread requests"),
     (["--app-hosts", "2", "--stages", "5", "--sandbox", "host"],
      "stage(s) 5 run two app hosts, which need --sandbox netns"),
+    (["--app-cpus", "0/1/1"], "3 sets for 2 app hosts"),
+    (["--app-cpus", "1/99"], "CPU 99 not available here"),
     (["--locust-args", "'unbalanced"], "No closing quotation"),
     (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
 ])
