@@ -18,9 +18,10 @@ from benchmarks.analysis import metrics
 def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     """`--client-hosts 2`: Locust's master on `client`, a worker on each client host; both
     workers load the stage, each host's Locust CPU is reported, the counts agree. With
-    `--app-hosts 2` stage 5's Nginx sends requests to both app hosts."""
+    `--app-hosts 2` stage 5's Nginx sends requests to both app hosts, each on the CPU
+    set `--app-cpus` gave it."""
     result = lab("run", "--stages", "5", "--client-hosts", "2", "--app-hosts", "2",
-                 "--duration", "8", "--warmup", "1", "--users", "20", "--no-screenshots",
+                 "--app-cpus", "1/0", "--duration", "8", "--warmup", "1", "--users", "20", "--no-screenshots",
                  "--results", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
@@ -28,6 +29,9 @@ def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["parameters"]["client_hosts"] == 2
     assert info["parameters"]["app_hosts"] == {"5": 2}  # stage 5 on two app hosts
+    placed = {role: host["cpus"] for role, host in info["stages"]["5"]["hosts"].items()}
+    assert (placed["app"], placed["app2"], info["parameters"]["cpus"]["app_cpus"]) == (
+        "1", "0", "1/0"), placed  # --app-cpus: each app host its own set
     split = json.loads((stage_dir / "count.json").read_text())["app_hosts"]
     assert set(split) == {"app", "app2"} and min(split.values()) > 0, split
     assert {"client", "client2"} <= set(info["stages"]["5"]["hosts"])
