@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.capture import csvfile
+from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
@@ -111,6 +112,15 @@ CATALOGUE: dict[str, Metric] = {
                              f"{CLIENT_START_S:g} s: past {CLIENT_CPU_LIMIT:g}% the numbers "
                              "measure the client"),
     "app_cpu_peak": Metric(f"{_SAMPLER} cpu_app", "the app server's highest CPU, % of one core"),
+    # the kernel's own counters, each host's, while the load ran (None: a run without hosts)
+    "tw_overflow": Metric(f"{_SAMPLER} tw_overflow_HOST",
+                          "TIME_WAIT sockets the kernel did not keep (TCPTimeWaitOverflow: "
+                          "net.ipv4.tcp_max_tw_buckets reached), every host's"),
+    "listen_overflows": Metric(f"{_SAMPLER} listen_overflows_HOST",
+                               "connections turned away by a full accept queue "
+                               "(ListenOverflows: the listen backlog), every host's"),
+    "listen_drops": Metric(f"{_SAMPLER} listen_drops_HOST",
+                           "every connection dropped at a listener (ListenDrops), every host's"),
     "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
     "local_ports": Metric(f"{results.SYSCTL_JSON} net.ipv4.ip_local_port_range",
                           "how many local ports the connecting side may use: the proxy "
@@ -252,6 +262,17 @@ def local_ports(stage_dir: Path, stage: Stage) -> int | None:
     return port_range_size(sysctls.get("net.ipv4.ip_local_port_range"))
 
 
+def kernel_counts(samples: Path) -> dict[str, int | None]:
+    """What each KERNEL_COUNTERS column grew by from the first row to the last (the
+    measured window), summed over the hosts; None where the run has no such columns."""
+    first, last = csvfile.first_row(samples), csvfile.latest(samples) or {}
+    found = {}
+    for stem in KERNEL_COUNTERS:
+        cols = [c for c in first if c.startswith(f"{stem}_") and last.get(c) is not None]
+        found[stem] = int(sum(last[c] - first[c] for c in cols)) if cols else None
+    return found
+
+
 def count_in_file(path: Path, needle: str) -> int:
     if not path.exists():
         return 0
@@ -281,6 +302,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["client_cpu_mean"] = _busiest(c["mean"] for c in clients.values())
     m["client_cpu_p95"] = _busiest(c["p95"] for c in clients.values())
     m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
+    m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
 
     ports = local_ports(stage_dir, stage)

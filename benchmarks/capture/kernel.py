@@ -411,6 +411,18 @@ def read_sockstat(path: str = "/proc/net/sockstat") -> dict[str, int]:
     raise OSError(f"no TCP line in {path}")
 
 
+def read_netstat(path: str = "/proc/net/netstat") -> dict[str, int]:
+    """The TcpExt counters of /proc/net/netstat by name (a header line, then its values):
+    TCPTimeWaitOverflow, ListenOverflows, ListenDrops, ... Each network namespace has
+    its own."""
+    with open(path, "rb") as f:
+        lines = [line.split() for line in f if line.startswith(b"TcpExt:")]
+    if len(lines) < 2:
+        raise OSError(f"no TcpExt lines in {path}")
+    names, values = lines[0][1:], lines[1][1:]
+    return {k.decode(): int(v) for k, v in zip(names, values, strict=True)}
+
+
 # --- processes ------------------------------------------------------------------
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")

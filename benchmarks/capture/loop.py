@@ -144,6 +144,9 @@ class Sampler:
             row += [tw_client[i] + tw_server[i], tw_client[i], tw_server[i], estab[i]]
         for cpu, rss in self._procs(now - self._last):
             row += ["" if cpu is None else f"{cpu:.1f}", "" if rss is None else f"{rss:.1f}"]
+        if self.hosts:
+            for table in self._tables:
+                row += table.kernel_counters()
         self._last = now
         return row
 

@@ -21,6 +21,7 @@ from benchmarks.capture.kernel import (
     DiagCounter,
     SsCounter,
     in_netns,
+    read_netstat,
     read_sockstat,
 )
 
@@ -194,8 +195,20 @@ def parse_procs(specs: Iterable[str]) -> dict[str, list[int]]:
     return procs
 
 
+# Kernel counters read on each host (its namespace's TcpExt, /proc/net/netstat), as they
+# stand (cumulative since the namespace was made): column stem -> the kernel's name.
+# Only with hosts: on the machine they would count every other program's sockets too.
+KERNEL_COUNTERS = {
+    "tw_overflow": "TCPTimeWaitOverflow",  # TIME_WAIT not kept: tcp_max_tw_buckets reached
+    "listen_overflows": "ListenOverflows",  # a connection a full accept queue turned away
+    "listen_drops": "ListenDrops",  # every drop at a listener, the overflows included
+}
+
+
 def columns(classes: Iterable[str], procs: Iterable[str], hosts: Iterable[str] = ()) -> list[str]:
-    """The CSV header for these class, component and host names (`sampler` comes last)."""
+    """The CSV header for these class, component and host names (`sampler`'s CPU, then
+    each host's kernel counters, come last)."""
+    hosts = list(hosts)
     cols = ["ts", "elapsed_s", "tw_total", "estab_total"]
     for name in hosts:
         cols += [f"tw_total_{name}", f"estab_total_{name}"]
@@ -203,6 +216,8 @@ def columns(classes: Iterable[str], procs: Iterable[str], hosts: Iterable[str] =
         cols += [f"tw_{name}", f"tw_{name}_client", f"tw_{name}_server", f"estab_{name}"]
     for name in [*procs, "sampler"]:
         cols += [f"cpu_{name}", f"rss_mb_{name}"]
+    for name in hosts:
+        cols += [f"{stem}_{name}" for stem in KERNEL_COUNTERS]
     if len(set(cols)) != len(cols):
         raise ValueError(f"class/component names give the same column twice: {cols}")
     return cols
@@ -225,6 +240,7 @@ class Table:
         self.uses: list[tuple[int, str]] = []
         self._split = False
         self._sockstat = "/proc/thread-self/net/sockstat" if netns else "/proc/net/sockstat"
+        self._netstat = "/proc/thread-self/net/netstat" if netns else "/proc/net/netstat"
 
     def add(self, port: int, peer: str | None, cls: int, side: str) -> None:
         self.ports.append(port)
@@ -239,6 +255,12 @@ class Table:
         """TIME_WAIT of the namespace, from its /proc/net/sockstat."""
         with in_netns(self.netns):
             return read_sockstat(self._sockstat)["tw"]
+
+    def kernel_counters(self) -> list[int]:
+        """KERNEL_COUNTERS of the namespace, in their order."""
+        with in_netns(self.netns):
+            found = read_netstat(self._netstat)
+        return [found.get(name, 0) for name in KERNEL_COUNTERS.values()]
 
     def count(self) -> dict[int, tuple[int, list[int], list[int]]]:
         """ESTABLISHED (and TIME_WAIT if there are keys) by key, in one dump or two.

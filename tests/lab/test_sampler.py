@@ -513,7 +513,8 @@ def test_hosts_each_table_by_host_pair(host_scene):
         "tw_total_redis", "estab_total_redis",
         "tw_front", "tw_front_client", "tw_front_server", "estab_front",
         "tw_redis", "tw_redis_client", "tw_redis_server", "estab_redis",
-        "cpu_sampler", "rss_mb_sampler"]
+        "cpu_sampler", "rss_mb_sampler",
+        *(f"{stem}_{host}" for host in EXPECTED_TW for stem in tables.KERNEL_COUNTERS)]
     assert 3 <= len(rows) <= 5
     for row in rows:
         got = {c: int(row[c]) for c in header[2:24]}
@@ -646,3 +647,74 @@ def test_hosts_arguments():
         with pytest.raises(SystemExit) as e:
             sampler.main(argv)
         assert e.value.code == 2
+
+
+# Inside the app host: a listener that never accepts (backlog 1) on 9000, and one that
+# accepts and closes first (TIME_WAIT held here) on 9001; then `ready`.
+OVERFLOWING_SERVER = r"""
+import socket, sys, threading
+full = socket.create_server((sys.argv[1], 9000), backlog=1)
+closer = socket.create_server((sys.argv[1], 9001), backlog=64)
+def close_first():
+    while True:
+        conn, _ = closer.accept()
+        conn.close()
+threading.Thread(target=close_first, daemon=True).start()
+open(sys.argv[2], "w").close()
+threading.Event().wait()
+"""
+# From the client host: 20 connections to the full queue, 20 to the closer.
+OVERFLOWING_CLIENT = r"""
+import socket, sys
+held = []
+for _ in range(20):
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((sys.argv[1], 9000))
+    held.append(s)
+for _ in range(20):
+    with socket.create_connection((sys.argv[1], 9001), timeout=5) as s:
+        s.recv(1)  # the server's FIN: it closes first
+"""
+
+
+@pytest.mark.netns
+def test_kernel_counters_per_host(tmp_path):
+    """Each host's own TcpExt counters: a full accept queue's ListenOverflows and a
+    TIME_WAIT cap's TCPTimeWaitOverflow on the app host, none on the client; the
+    metrics take what they grew by while the sampler ran."""
+    from benchmarks.analysis import metrics
+    from benchmarks.sandbox import hosts
+    net = hosts.Network("kc", ("client", "app"),
+                        sysctls={"app": {"net.ipv4.tcp_max_tw_buckets": "4"}, "client": {}})
+    with net:
+        ready, out = tmp_path / "ready", tmp_path / "kc.csv"
+        server = procs.start([*net.prefix("app"), sys.executable, "-c", OVERFLOWING_SERVER,
+                              net.address("app"), str(ready)], log=tmp_path / "server.log")
+        sampling = None
+        try:
+            deadline = time.monotonic() + 15
+            while not ready.exists():
+                assert server.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            sampling = procs.start(loop.command(out, {"front": ("client", "app", 9001)}, {},
+                                                interval=0.5, duration=4.0,
+                                                hosts=net.names()), log=tmp_path / "s.log")
+            time.sleep(1.2)
+            client = subprocess.run([*net.prefix("client"), sys.executable, "-c",
+                                     OVERFLOWING_CLIENT, net.address("app")],
+                                    capture_output=True, text=True, timeout=30)
+            assert client.returncode == 0, client.stderr
+            assert sampling.wait(timeout=20) == 0, (tmp_path / "s.log").read_text()
+        finally:
+            for proc in (sampling, server):
+                if proc:
+                    procs.stop(proc)
+    header, rows = read_csv(out)
+    assert header[-6:] == [f"{stem}_{host}" for host in ("client", "app")
+                           for stem in tables.KERNEL_COUNTERS]
+    grown = metrics.kernel_counts(out)
+    assert grown["tw_overflow"] >= 10, grown  # 20 closed first, 4 kept at most
+    assert grown["listen_overflows"] >= 1 and grown["listen_drops"] >= grown[
+        "listen_overflows"], grown
+    assert all(rows[-1][f"{stem}_client"] == "0" for stem in tables.KERNEL_COUNTERS), rows[-1]
