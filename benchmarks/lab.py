@@ -207,6 +207,8 @@ def cmd_exec(args) -> int:
 
 def cmd_list(args) -> int:
     for s in stages.STAGES:
+        if s is stages.FAILURES[0]:
+            say("failures (make lab STAGES=failures: each beside its base stage; lab 11):")
         front = f"nginx/{s.front}" if s.front else "no proxy"
         say(f"{s.key:>2}  {s.slug}: {s.title}")
         for role in s.app_roles:
@@ -241,7 +243,9 @@ def cmd_clean(args) -> int:
 
 def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
     """`lab run`'s options (options.from_args reads them)."""
-    run.add_argument("--stages", default="all", help="all, or keys/slugs: 0,1,2 or 3g")
+    run.add_argument("--stages", default="all",
+                     help="all (the main line), failures (lab 11's twins, each beside its "
+                          "base stage), or keys/slugs: 0,1,2 or 3g")
     run.add_argument("--duration", type=float, default=defaults.duration,
                      help="seconds measured per stage")
     run.add_argument("--users", type=int, default=defaults.users, help="Locust users")

@@ -70,6 +70,10 @@ GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
 # Socket.IO session survives only where one process serves the host (Flask-SocketIO's
 # deployment docs); stickiness across hosts is then Nginx's job.
+# An accept queue of 16 (the failure twin 2b): sync workers leave connections waiting
+# there, and past 16 the kernel drops the SYN.
+GUNICORN_SYNC_BACKLOG = ("gunicorn", "-c", "gunicorn/sync-backlog-16.conf.py",
+                         "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
@@ -114,6 +118,7 @@ class Stage:
     checks: tuple[Check, ...]
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
+    failure: bool = False  # a failure twin: in the `failures` set, not in `all` (lab 11)
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
@@ -253,6 +258,18 @@ TWO_KEYS = _ge("app_share_max", 0.99,
                "the hash has two keys, the client hosts' addresses, and on Nginx's "
                "consistent-hash ring both fall to one app host: a hash spreads many "
                "clients, not two load generators")
+TW_CAPPED = _le("tw_redis_peak", 4096,
+                "TIME_WAIT stops at net.ipv4.tcp_max_tw_buckets (4,096 here, as in seed 004's "
+                "`ss -s`): the app host keeps no more")
+TW_OVERFLOWED = _ge("tw_overflow", 1,
+                    "the kernel counts each connection it closed without a TIME_WAIT "
+                    "(TCPTimeWaitOverflow, `time wait bucket table overflow`)")
+LISTEN_OVERFLOWED = _ge("listen_overflows", 1,
+                        "connections wait in the accept queue while the sync workers are "
+                        "busy; past 16 the kernel drops the SYN (ListenOverflows)")
+SYN_RETRIED = _ge("p99_ms", 900,
+                  "a dropped SYN is sent again after 1 s: the slowest requests take a second "
+                  "longer, with no error anywhere")
 POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
 
 STAGES: tuple[Stage, ...] = (
@@ -334,7 +351,21 @@ STAGES: tuple[Stage, ...] = (
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, TWO_KEYS),
           see="polling works; the two client hosts' addresses both hash to one app host",
           twin_of="6"),
+    # the failures set (`--stages failures`, lab 11): each beside its base stage
+    Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
+          server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),
+          users=HTTP_USERS, checks=(TW_CAPPED, TW_OVERFLOWED, NO_FAILURES),
+          see="TIME_WAIT plateaus at 4,096; the kernel counts the rest as overflow",
+          twin_of="0", failure=True),
+    Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
+          server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,
+          sysctl=("baseline", "small-backlog"), users=HTTP_USERS,
+          checks=(LISTEN_OVERFLOWED, SYN_RETRIED),
+          see="the accept queue overflows: ListenOverflows counts, p99 jumps by 1 s",
+          twin_of="2", failure=True),
 )
+MAIN = tuple(s for s in STAGES if not s.failure)  # `all`: the main line and its twins
+FAILURES = tuple(s for s in STAGES if s.failure)  # `failures`, with their base stages
 
 BY_KEY = {s.key: s for s in STAGES}
 BY_SLUG = {s.slug: s for s in STAGES}
@@ -355,13 +386,36 @@ def get(name: str) -> Stage:
 
 
 def select(spec: str) -> list[Stage]:
-    """`all`, or a comma/space separated list of keys or slugs, in registry order."""
-    if spec.strip() == "all":
-        return list(STAGES)
-    if not spec.replace(",", " ").split():
-        raise KeyError("no stage named: give all, or keys such as 0,2")
-    wanted = {get(part).key for part in spec.replace(",", " ").split()}
-    return [s for s in STAGES if s.key in wanted]
+    """`all` (the main line), `failures` (the failure twins and their base stages), or a
+    comma/space separated list of keys or slugs (and of those sets), in registry order.
+    A failure twin runs beside its base stage, under the same load: naming one without
+    its base is an error."""
+    parts = spec.replace(",", " ").split()
+    if not parts:
+        raise KeyError("no stage named: give all, failures, or keys such as 0,2")
+    wanted: set[str] = set()
+    for part in parts:
+        if part == "all":
+            wanted |= {s.key for s in MAIN}
+        elif part == "failures":
+            wanted |= {s.key for s in FAILURES} | {s.twin_of for s in FAILURES}
+        else:
+            wanted.add(get(part).key)
+    alone = [s for s in FAILURES if s.key in wanted and s.twin_of not in wanted]
+    if alone:
+        twins = ", ".join(f"{s.key} (base {s.twin_of})" for s in alone)
+        both = ",".join(sorted({*(s.twin_of for s in alone), *(s.key for s in alone)},
+                               key=lambda key: _order(BY_KEY[key])))
+        raise KeyError(f"failure twin(s) {twins} run beside their base stage: "
+                       f"--stages {both}, or --stages failures")
+    return sorted((s for s in STAGES if s.key in wanted), key=_order)
+
+
+def _order(stage: Stage) -> tuple[int, int]:
+    """Registry order, a failure twin right after its base stage."""
+    if stage.failure:
+        return STAGES.index(BY_KEY[stage.twin_of]), STAGES.index(stage)
+    return STAGES.index(stage), 0
 
 
 def sysctl_file(name: str) -> Path:

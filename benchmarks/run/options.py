@@ -26,7 +26,7 @@ class OptionsError(ValueError):
 
 @dataclass(frozen=True)
 class RunOptions:
-    stages: tuple[Stage, ...] = field(default_factory=lambda: tuple(stages.STAGES))
+    stages: tuple[Stage, ...] = field(default_factory=lambda: stages.MAIN)
     duration: float = 30.0  # seconds measured per stage
     users: int = 50  # Locust users
     spawn_rate: float = 50.0  # users started per second

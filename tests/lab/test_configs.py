@@ -44,6 +44,9 @@ SETTINGS = {
     "gunicorn/gevent.conf.py": dict(worker_class="gevent", workers=4, keepalive=10),
     "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
                                                  keepalive=10),
+    # the failure twin 2b: stage 2's settings and an accept queue of 16
+    "gunicorn/sync-backlog-16.conf.py": dict(worker_class="sync", workers=4, keepalive=2,
+                                             backlog=16),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 
@@ -107,9 +110,8 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
         assert (ROOT / stage.gunicorn_config).is_file()
         cfg = gunicorn_reads(cmd[1:], env, monkeypatch)
         wanted = {**SETTINGS[stage.gunicorn_config], **TIMEOUTS}
-        read = dict(worker_class=cfg.worker_class_str, workers=cfg.workers,
-                    keepalive=cfg.keepalive, timeout=cfg.timeout,
-                    graceful_timeout=cfg.graceful_timeout)
+        read = {name: getattr(cfg, "worker_class_str" if name == "worker_class" else name)
+                for name in wanted}
         assert read == wanted, f"stage {stage.key} on {role}"
         assert cfg.bind == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
         # the lab's own addition, GUNICORN_CMD_ARGS, is read too

@@ -139,6 +139,17 @@ def lab_path(stage: stages.Stage) -> Path:
     return found[0] if found else EXERCISES / f"NN-{stage.slug}.md"
 
 
+FAILURES_LAB = "when-it-breaks"  # the lab of every failure twin (stages.FAILURES)
+
+
+def twin_lab(twin: stages.Stage) -> Path:
+    """The lab that shows a twin: its base stage's, or lab 11 for a failure twin."""
+    if twin.failure:
+        found = sorted(EXERCISES.glob(f"[0-9][0-9]-{FAILURES_LAB}.md"))
+        return found[0] if found else EXERCISES / f"NN-{FAILURES_LAB}.md"
+    return lab_path(stages.get(twin.twin_of))
+
+
 def lab_files() -> list[Path]:
     return sorted(p for p in EXERCISES.glob("*.md") if LAB_NAME.match(p.name))
 
@@ -278,10 +289,10 @@ def test_lab_starts_its_stage(stage):
 
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.key)
 def test_lab_shows_the_server_command_of_the_registry(stage):
-    parent = stages.get(stage.twin_of) if stage.twin_of else stage
+    lab = twin_lab(stage) if stage.twin_of else lab_path(stage)
     command = " ".join(stage.server_command())
-    assert command in lab_path(parent).read_text(), (
-        f"{rel(lab_path(parent))} does not show stage {stage.key}'s server command "
+    assert command in lab.read_text(), (
+        f"{rel(lab)} does not show stage {stage.key}'s server command "
         f"as benchmarks/stages.py runs it: {command}")
 
 
@@ -297,10 +308,9 @@ def test_lab_names_its_nginx_config(stage):
 
 @pytest.mark.parametrize("twin", TWINS, ids=lambda s: s.key)
 def test_twin_is_in_its_parents_lab(twin):
-    parent = stages.get(twin.twin_of)
-    text = lab_path(parent).read_text()
+    text = twin_lab(twin).read_text()
     assert re.search(rf"python -m benchmarks\.lab up {re.escape(twin.key)}(?![\w-])", text), (
-        f"{rel(lab_path(parent))} does not show `python -m benchmarks.lab up {twin.key}`")
+        f"{rel(twin_lab(twin))} does not show `python -m benchmarks.lab up {twin.key}`")
 
 
 # --- commands in the docs are real commands ---

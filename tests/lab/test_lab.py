@@ -397,6 +397,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--client-hosts", "0"], "--client-hosts must be 1-2"),
     (["--client-hosts", "3"], "--client-hosts must be 1-2"),
     (["--client-hosts", "2", "--sandbox", "host"], "--client-hosts 2 needs --sandbox netns"),
+    (["--stages", "0t"], "failure twin(s) 0t (base 0) run beside their base stage: "
+                         "--stages 0,0t, or --stages failures"),
     (["--app-hosts", "0", "--stages", "5"], "--app-hosts must be 1-2"),
     (["--app-hosts", "3", "--stages", "5"], "--app-hosts must be 1-2"),
     (["--app-hosts", "2", "--stages", "3,5"], "stage(s) 3 have no proxy to spread requests"),

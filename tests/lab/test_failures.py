@@ -1,0 +1,46 @@
+"""The failures set (`--stages failures`, lab 11): each failure twin beside its base
+stage, under the same load, shows its failure, and the base stage does not.
+
+Its own file: the suite runs two files at a time, and this run takes two minutes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_lab import lab, leftovers
+
+from benchmarks import stages
+
+
+def test_all_is_the_main_line_and_failures_bring_their_base_stages():
+    assert [s.key for s in stages.select("all")] == [s.key for s in stages.MAIN]
+    assert not any(s.failure for s in stages.MAIN) and stages.FAILURES
+    keys = [s.key for s in stages.select("failures")]
+    for twin in stages.FAILURES:  # right after its base
+        assert keys.index(twin.key) == keys.index(twin.twin_of) + 1, keys
+    with pytest.raises(KeyError, match=r"--stages 0,0t, or --stages failures"):
+        stages.select("0t")
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_each_failure_twin_fails_where_its_base_stage_does_not(tmp_path):
+    # 8 s of warm-up and 12 measured: stage 0t's app host passes its 4,096 TIME_WAIT
+    # within the first seconds even at half its usual rate on a loaded box
+    result = lab("run", "--stages", "failures", "--duration", "12", "--warmup", "8",
+                 "--no-screenshots", "--strict", "--results", str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
+
+    def measured(key: str) -> dict:
+        return json.loads((run_dir / stages.get(key).dirname / "metrics.json").read_text())
+
+    base, capped = measured("0"), measured("0t")
+    assert base["tw_overflow"] == 0, base  # no cap: every closed connection keeps its TIME_WAIT
+    assert capped["tw_overflow"] > 0 and capped["tw_redis_peak"] <= 4096, capped
+    pool, small = measured("2"), measured("2b")
+    assert pool["listen_overflows"] == 0 and pool["p99_ms"] < 900, pool
+    assert small["listen_overflows"] > 0 and small["p99_ms"] >= 900, small
+    assert leftovers(result.pid) == []
