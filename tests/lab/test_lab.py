@@ -119,11 +119,11 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["versions"]["packages"]["gunicorn"].startswith("25.")
-    assert set(info["stages"]) == {s.key for s in stages.STAGES}
+    assert set(info["stages"]) == {s.key for s in stages.MAIN}
     header = (run_dir / "summary.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == metrics.SUMMARY_COLUMNS
     assert (run_dir / "report.md").exists()
-    for stage in stages.STAGES:
+    for stage in stages.MAIN:
         d = run_dir / stage.dirname
         for name in ("locust.json", "locust.html", "locust_stats.csv", "sampler.csv", "checks.json",
                      "sysctl.json", "count.json", "app.log", "redis.log",
@@ -184,7 +184,7 @@ def test_lab_run_takes_them():
 
 @pytest.mark.netns
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: f"{s.key}-{s.slug}")
+@pytest.mark.parametrize("stage", stages.MAIN, ids=lambda s: f"{s.key}-{s.slug}")
 def test_stage_shows_its_phenomenon(full_run, stage):
     d = full_run["run_dir"] / stage.dirname
     checks = json.loads((d / "checks.json").read_text())
@@ -199,7 +199,7 @@ def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
     toward the app), the baseline on the others (the client, Redis)."""
     run_dir = full_run["run_dir"]
     baseline = stages.sysctl_profile("baseline")
-    for stage in stages.STAGES:
+    for stage in stages.MAIN:
         seen = json.loads((run_dir / stage.dirname / "sysctl.json").read_text())
         assert set(seen) == set(stage.roles), stage.key
         for role in stage.roles:
