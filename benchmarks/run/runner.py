@@ -32,8 +32,9 @@ from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
-from benchmarks.run import cli, locust_cli, progress, results
+from benchmarks.run import cli, fitting, locust_cli, progress, results
 from benchmarks.run.cli import StageFailed, say
+from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
@@ -41,9 +42,6 @@ from benchmarks.stages import ROOT, Stage
 SOCKETIO_CLASS = "SocketIOChatUser"
 FRIENDS_PER_USER = 5
 WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
-PORT_RANGE = "net.ipv4.ip_local_port_range"
-MIN_PORTS = 100  # the narrowest range fit_port_range makes
-FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
 # What `lab run` passes to take a stage's Sockets tab after it is measured, with the
 # stage, its folder and its entry URL (benchmarks/sockets_tab/stage_shot.py's screenshot).
 Screenshot = Callable[[Stage, Path, str], None]
@@ -308,27 +306,18 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         return None
 
 
-def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
-    """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
-    when this machine is too slow to fill it early in the measured window.
-
-    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
-    so at R requests a second the range fills in ports / R seconds. `rps` is the
-    warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
-    times lower, so the range is sized to fill within an eighth of the window at `rps`.
-    Only stages whose profile narrows the range, only on hosts (never the machine's
-    own). The new range, or None when the profile's stands.
-    """
-    if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
-        return None
-    low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
-    wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
-    if wanted >= high - low + 1:
-        return None
-    value = f"{low} {low + wanted - 1}"
-    for role in box.stage.connecting_roles:
-        hosts.write_sysctls({PORT_RANGE: value}, ["ip", "netns", "exec", box.namespace(role)])
-    return value
+def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, ports: str | None,
+               cap: int | None) -> None:
+    """What benchmarks/run/fitting.py changed for this machine's speed, if anything."""
+    where = ", ".join(stage.connecting_roles)
+    if ports:
+        say(f"  port range {ports} on {where}: the warm-up answered {rps:.0f} req/s, so the "
+            f"narrowed range fills within the first 1/{fitting.FILL_WITHIN} of "
+            f"{opts.duration:g} s at that rate")
+    if cap:
+        say(f"  tcp_max_tw_buckets {cap} on {where}: the warm-up answered {rps:.0f} req/s, "
+            f"so the cap fills within the first 1/{fitting.TW_FILL_WITHIN} of warm-up and "
+            f"window at that rate")
 
 
 def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -441,11 +430,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             load = stage_load(stage, box, stack, stage_dir)
             shown.phase("warm-up")
             warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
-            fitted = fit_port_range(box, warm_rps, opts)
-            if fitted:
-                say(f"  port range {fitted} on {', '.join(stage.connecting_roles)}: the "
-                    f"warm-up answered {warm_rps:.0f} req/s, so the narrowed range fills "
-                    f"within the first 1/{FILL_WITHIN} of {opts.duration:g} s at that rate")
+            say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
+                       fitting.fit_tw_cap(box, warm_rps, opts))
             sysctls = box.sysctls()
             results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
             results.write_json(stage_dir / results.SOCKETS_JSON, sockets_layout(stage, box))

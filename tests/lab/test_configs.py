@@ -12,7 +12,7 @@ README says to take home. Nothing here trusts the lab's own readers of them:
 - sysctl: what the lab writes on each host is what `sysctl --system` would apply
   from that host's sysctl/NN-*.conf files, read here with a parser of this file's
   own, in file-name order. (On a machine too slow to fill stage 4's port range,
-  runner.fit_port_range narrows it further during the run: lab 05.)
+  fitting.fit_port_range narrows it further during the run: lab 05.)
 
 Nothing is started: Stack._start, which would start a server, only records.
 """

@@ -1,0 +1,67 @@
+"""A stage's lab devices fitted to this machine's speed, after its warm-up.
+
+Two failures are made to happen within a short stage by a setting smaller than
+any real server's: stage 4's narrowed port range (sysctl/80-narrow-ports.conf) and
+stage 0t's TIME_WAIT cap (sysctl/65-tw-cap.conf). Each fills at the stage's
+request rate; on a slow or busy machine a short run would end before it is full,
+and the failure would not show. So, from the warm-up's rate, each is made smaller
+still when it would not fill early enough, only inside the stage's hosts (never on
+the machine), and the run says so.
+"""
+
+from __future__ import annotations
+
+from benchmarks import stages
+from benchmarks.run.options import RunOptions
+from benchmarks.sandbox import hosts, sandbox
+
+PORT_RANGE = "net.ipv4.ip_local_port_range"
+TW_BUCKETS = "net.ipv4.tcp_max_tw_buckets"
+MIN_PORTS = 100  # the narrowest range fit_port_range makes
+FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
+MIN_TW_CAP = 200  # the lowest cap fit_tw_cap sets
+TW_FILL_WITHIN = 3  # fit_tw_cap: the cap fills within the first third of warm-up + window
+
+
+def _write(box: sandbox.Sandbox, settings: dict[str, str]) -> None:
+    for role in box.stage.connecting_roles:
+        hosts.write_sysctls(settings, ["ip", "netns", "exec", box.namespace(role)])
+
+
+def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
+    """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
+    when this machine is too slow to fill it early in the measured window.
+
+    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
+    so at R requests a second the range fills in ports / R seconds. `rps` is the
+    warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
+    times lower, so the range is sized to fill within an eighth of the window at `rps`.
+    Only stages whose profile narrows the range, only on hosts (never the machine's
+    own). The new range, or None when the profile's stands.
+    """
+    if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
+        return None
+    low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
+    wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
+    if wanted >= high - low + 1:
+        return None
+    value = f"{low} {low + wanted - 1}"
+    _write(box, {PORT_RANGE: value})
+    return value
+
+
+def fit_tw_cap(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> int | None:
+    """Stage 0t's lesson, on any machine: lower the app host's TIME_WAIT cap when this
+    machine is too slow to reach it early. Each request leaves one TIME_WAIT toward
+    Redis for 60 s, from the warm-up on (the host is new at the stage's start), so the
+    cap fills in cap / R seconds; it is sized to fill within the first third of warm-up
+    and window at the warm-up's rate (a busy box was seen at a third of it). The new
+    cap, or None when the profile's 4,096 stands."""
+    if not (box.network and rps and "tw-cap" in box.stage.sysctl):
+        return None
+    cap = int(stages.sysctl_profile("tw-cap")[TW_BUCKETS])
+    wanted = max(MIN_TW_CAP, int(rps * (opts.warmup + opts.duration) / TW_FILL_WITHIN))
+    if wanted >= cap:
+        return None
+    _write(box, {TW_BUCKETS: str(wanted)})
+    return wanted
