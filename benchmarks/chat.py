@@ -431,8 +431,7 @@ class SocketIOChatUser(SignedInUser):
         self.sio = None
         sio = socketio.Client(reconnection=False)
         with self.measure("connect") as meta:
-            sio.connect(self.host, auth={"token": self.chat.token},
-                        transports=[transport(self.environment)], wait_timeout=SOCKET_TIMEOUT)
+            connect(sio, self.host, self.chat.token, transport(self.environment))
         if meta["exception"] is None:
             with self.measure("joinRoom") as meta:
                 ack = sio.call("joinRoom", {"roomId": self.chat.room_id}, timeout=SOCKET_TIMEOUT)
@@ -455,6 +454,32 @@ class SocketIOChatUser(SignedInUser):
             check_ack(ack, meta, "id", "ts")
         if meta["exception"] is None:
             self.outbox.delivered()
+
+
+class SessionClosed(Exception):
+    """The Engine.IO session ended before the server accepted the Socket.IO connect."""
+
+
+def connect(sio: socketio.Client, url: str, token: str, transport_name: str) -> None:
+    """Connect and wait for the namespace, failing as soon as the Engine.IO session drops.
+
+    python-socketio's own wait (`connect(wait=True)`) sits out its whole timeout
+    when the session closes under it, as a polling session does whose POST lands on
+    the app host that did not open it (stage 6p): the failure would come 10 s late,
+    after a short run has stopped its users, and never be counted.
+    """
+    sio.connect(url, auth={"token": token}, transports=[transport_name], wait=False)
+    deadline = time.monotonic() + SOCKET_TIMEOUT
+    while "/" not in sio.namespaces:
+        if sio.failed_namespaces:
+            raise socketio.exceptions.ConnectionError("the server refused the connect")
+        if sio.eio.state != "connected":
+            raise SessionClosed(f"the Engine.IO session closed before the connect was answered "
+                                f"({transport_name}; several app hosts without sticky sessions?)")
+        if time.monotonic() > deadline:
+            sio.disconnect()
+            raise TimeoutError(f"no connect ack within {SOCKET_TIMEOUT} s")
+        time.sleep(0.05)  # a greenlet's sleep under Locust
 
 
 def transport(environment) -> str:

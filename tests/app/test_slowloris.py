@@ -1,5 +1,5 @@
 """Slowloris against real gunicorn async workers, and against the proxy stages' Nginx in
-front of one: /healthz keeps answering within 1 s.
+front of one: /healthz keeps answering, 95% of probes within half a second.
 
 Many connections each send a request header a byte at a time, and the ones the
 server closes are opened again, as the attack does. An async worker holds a
@@ -29,6 +29,11 @@ from benchmarks.sandbox import nginx_conf, procs
 
 CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
 SECONDS = 12  # /healthz probed while the attack holds the connections
+P95_UNDER = 0.5  # seconds; unprotected, a probe is not answered at all
+# A probe opens a new connection: if its SYN meets a full accept queue (the attack
+# reopening hundreds of cut connections at once, on a busy box) the kernel resends it
+# after 1 s. One such wait is the network's, not a held worker: 2.5 s allows it once.
+MAX_UNDER = 2.5
 CUT_WITHIN = 20  # then at most this long for the server to cut the last of them
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: lab\r\nX-Slow: "
 
@@ -89,7 +94,7 @@ def target(kind: str, redis_url: str, tmp_path):
 # eventlet (stage 3) and stage 5's Nginx in front of gevent: the two ways the stages
 # meet it (gevent alone behaves as eventlet: p99 11 ms, 600 cut, when last run).
 @pytest.mark.parametrize("kind", ["eventlet", "nginx"])
-def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_path):
+def test_healthz_keeps_answering_during_slowloris(kind, redis_url, tmp_path):
     with target(kind, redis_url, tmp_path) as url:
         port = int(url.rsplit(":", 1)[1])
         stop, cut = threading.Event(), [0, 0]
@@ -111,9 +116,11 @@ def test_healthz_answers_within_a_second_during_slowloris(kind, redis_url, tmp_p
         finally:
             stop.set()
             attack.join()
-    p99 = statistics.quantiles(times, n=100)[98]
-    print(f"\nslowloris ({kind}): {CONNECTIONS} connections, /healthz p99 {p99 * 1000:.0f} ms,"
-          f" max {max(times) * 1000:.0f} ms over {len(times)}; {cut[1]} of the first "
-          f"{CONNECTIONS} cut by the server ({cut[0]} in all)")
-    assert p99 < 1.0, p99
+    p95 = statistics.quantiles(times, n=20, method="inclusive")[18]
+    print(f"\nslowloris ({kind}): {CONNECTIONS} connections, /healthz p95 {p95 * 1000:.0f} ms,"
+          f" max {max(times) * 1000:.0f} ms over {len(times)}, {sum(t >= 1 for t in times)}"
+          f" of them 1 s or more; {cut[1]} of the first {CONNECTIONS} cut by the server"
+          f" ({cut[0]} in all)")
+    assert p95 < P95_UNDER, p95
+    assert max(times) < MAX_UNDER, max(times)
     assert cut[1] == CONNECTIONS, "the server left slow headers open past its timeout"
