@@ -54,6 +54,8 @@ CLIENT_SYSCTL = ("baseline", "client")
 REDIS_PORT = 6379
 APP_PORT = 8000
 FRONT_PORT = 8080
+# Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
+NGINX_WORKER_CONNECTIONS = 4096
 
 # Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
 # the venv's (the docs say `source .venv/bin/activate` first). A gunicorn stage's
@@ -119,6 +121,7 @@ class Stage:
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
     failure: bool = False  # a failure twin: in the `failures` set, not in `all` (lab 11)
+    worker_connections: int = NGINX_WORKER_CONNECTIONS  # Nginx's, per worker process
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
@@ -267,6 +270,12 @@ TW_OVERFLOWED = _ge("tw_overflow", 1,
 LISTEN_OVERFLOWED = _ge("listen_overflows", 1,
                         "connections wait in the accept queue while the sync workers are "
                         "busy; past 16 the kernel drops the SYN (ListenOverflows)")
+NOT_ENOUGH = _ge("nginx_worker_connections", 1,
+                 "Nginx logs `worker_connections are not enough`: each worker may hold 32 "
+                 "connections, and each proxied request needs two (client and upstream)")
+CUT_OFF = _ge("failures", 1,
+              "to make room a worker closes idle keep-alive connections (`reusing "
+              "connections`), and requests sent on them as it does fail")
 SYN_RETRIED = _ge("p99_ms", 900,
                   "a dropped SYN is sent again after 1 s: the slowest requests take a second "
                   "longer, with no error anywhere")
@@ -357,6 +366,14 @@ STAGES: tuple[Stage, ...] = (
           users=HTTP_USERS, checks=(TW_CAPPED, TW_OVERFLOWED, NO_FAILURES),
           see="TIME_WAIT plateaus at 4,096; the kernel counts the rest as overflow",
           twin_of="0", failure=True),
+    Stage(key="5w", slug="worker-connections",
+          title="Nginx upstream keep-alive, 32 worker_connections",
+          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, worker_connections=32,
+          checks=(NOT_ENOUGH, CUT_OFF),
+          see="Nginx runs out of connections by its own configuration, with CPU to spare: "
+              "it closes keep-alive connections, requests fail, TIME_WAIT is back",
+          twin_of="5", failure=True),
     Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
           server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,
           sysctl=("baseline", "small-backlog"), users=HTTP_USERS,

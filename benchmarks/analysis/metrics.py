@@ -23,6 +23,7 @@ from benchmarks.stages import Stage
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
 TIME_WAIT_SECONDS = 60
 EADDRNOTAVAIL = "(99: Cannot assign requested address)"
+NOT_ENOUGH = "worker_connections are not enough"
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
 SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
@@ -128,6 +129,10 @@ CATALOGUE: dict[str, Metric] = {
     "nginx_eaddrnotavail": Metric(
         f"{results.NGINX_ERRORS} eaddrnotavail",
         f"lines of Nginx's error log with `{EADDRNOTAVAIL}`: connect() found no free port"),
+    "nginx_worker_connections": Metric(
+        f"{results.NGINX_ERRORS} worker_connections",
+        f"lines of Nginx's error log with `{NOT_ENOUGH}`: a worker at its connection limit "
+        "(None: captured before the lab counted them)"),
     "upstream_ports_in_time_wait": Metric(
         f"{_SAMPLER} tw_upstream_client, {results.SYSCTL_JSON}",
         "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
@@ -308,11 +313,14 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     ports = local_ports(stage_dir, stage)
     m["local_ports"] = ports
     if stage.front:
-        m["nginx_eaddrnotavail"] = nginx_errors(stage_dir)["eaddrnotavail"]
+        errors = nginx_errors(stage_dir)
+        m["nginx_eaddrnotavail"] = errors["eaddrnotavail"]
+        m["nginx_worker_connections"] = errors.get("worker_connections")
         m["upstream_ports_in_time_wait"] = (
             round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)
     else:
         m["nginx_eaddrnotavail"] = None
+        m["nginx_worker_connections"] = None
         m["upstream_ports_in_time_wait"] = None
 
     m.update(independent_rps(stage_dir, m))
@@ -450,7 +458,8 @@ def nginx_error_counts(stage_dir: Path) -> dict | None:
     log = stage_dir / results.NGINX_ERROR_LOG
     if not log.exists():
         return None
-    return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL)}
+    return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL),
+            "worker_connections": count_in_file(log, NOT_ENOUGH)}
 
 
 def nginx_errors(stage_dir: Path) -> dict:

@@ -147,7 +147,8 @@ class Stack:
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
                                      apps=[(self.box.address(r), self.box.port(r)) for r in apps],
                                      front=(self.box.address("proxy"), self.box.port("proxy")),
-                                     balance=self.stage.balance)
+                                     balance=self.stage.balance,
+                                     worker_connections=self.stage.worker_connections)
             checked = nginx_conf.check(conf, self.box.prefix("proxy"))
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")

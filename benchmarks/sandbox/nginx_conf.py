@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.sandbox import procs
-from benchmarks.stages import ROOT
+from benchmarks.stages import NGINX_WORKER_CONNECTIONS, ROOT
 
 NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root), "
               "or run `make setup`.")
@@ -44,12 +44,14 @@ def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = ()) 
 
 
 def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
-           front: tuple[str, int], balance: str | None = None) -> Path:
+           front: tuple[str, int], balance: str | None = None,
+           worker_connections: int = NGINX_WORKER_CONNECTIONS) -> Path:
     """Render the stage's nginx/<template> (`conf.d/proxy.conf`) to run_dir/<template>,
     and the main nginx/nginx.conf, which includes it, to run_dir/nginx.conf; return the
     main file's path. The app hosts' (address, port) become the upstream's servers, after
     the upstream's `balance` method if any (`ip_hash`; none: round robin); `front` is
-    Nginx's own (address, port) to listen on."""
+    Nginx's own (address, port) to listen on; `worker_connections` goes to the main
+    file's events block."""
     if not apps:
         raise ValueError("an upstream needs at least one app server")
     if template == MAIN:
@@ -58,7 +60,8 @@ def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
     stage_text = fill(template, {"FRONT_HOST": front[0], "FRONT_PORT": str(front[1])},
                       servers)
     included = run_dir / template
-    main_text = fill(MAIN, {"RUN_DIR": str(run_dir), "FRONT_CONF": str(included)})
+    main_text = fill(MAIN, {"RUN_DIR": str(run_dir), "FRONT_CONF": str(included),
+                            "WORKER_CONNECTIONS": str(worker_connections)})
     included.parent.mkdir(parents=True, exist_ok=True)
     included.write_text(stage_text)
     out = run_dir / MAIN

@@ -172,7 +172,8 @@ def test_nginx_runs_the_main_file_which_includes_the_stages_conf_d_file(
     main_text = main.read_text()
     assert re.findall(r"^\s*include\s+(\S+);", main_text, re.M) == [str(included)]
     assert filled((ROOT / "nginx" / nginx_conf.MAIN).read_text(), main_text) == {
-        "RUN_DIR": {str(rendered)}, "FRONT_CONF": {str(included)}}
+        "RUN_DIR": {str(rendered)}, "FRONT_CONF": {str(included)},
+        "WORKER_CONNECTIONS": {str(stage.worker_connections)}}
 
     values = filled((ROOT / "nginx" / stage.front).read_text(), included.read_text())
     servers = values.pop("APP_SERVERS")

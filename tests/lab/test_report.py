@@ -178,11 +178,12 @@ def test_reference_counts_nginx_errors_of_a_run_that_kept_only_the_log(tmp_path,
     stage_dir = run_copy / "04-nginx-proxy"
     (stage_dir / results.NGINX_ERRORS).unlink()
     line = f"connect() to 127.0.0.1:8000 failed {metrics.EADDRNOTAVAIL} while connecting\n"
-    (stage_dir / results.NGINX_ERROR_LOG).write_text(line * 3 + "an unrelated line\n")
+    short = f"[alert] 7#7: 32 {metrics.NOT_ENOUGH}\n"
+    (stage_dir / results.NGINX_ERROR_LOG).write_text(line * 3 + short * 2 + "an unrelated line\n")
     dest = tmp_path / "reference-run"
     reference.copy(run_copy, dest)
     assert results.read_json(dest / "04-nginx-proxy" / results.NGINX_ERRORS) == {
-        "eaddrnotavail": 3}
+        "eaddrnotavail": 3, "worker_connections": 2}
     assert not (dest / "04-nginx-proxy" / results.NGINX_ERROR_LOG).exists()
     assert not (stage_dir / results.NGINX_ERRORS).exists()  # the run itself is only read
 
