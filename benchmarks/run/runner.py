@@ -178,9 +178,14 @@ class Stack:
         return {name: p.pid for name, p in self.procs.items()}
 
     def stop(self) -> None:
+        # gunicorn's TERM is a graceful stop, which waits out the eventlet worker's 1 s
+        # ticks (3 s here); after the load nothing is in flight, so QUIT, its quick
+        # shutdown (1 s). Flask's server has no QUIT handler: TERM.
+        quick = signal.SIGQUIT if self.stage.gunicorn_config else signal.SIGTERM
         with sandbox.uninterrupted():
             for name in reversed(list(self.procs)):
-                procs.stop(self.procs.pop(name))
+                procs.stop(self.procs.pop(name), sig=quick if name in self.stage.app_roles
+                           else signal.SIGTERM)
 
 
 def seed_stage_users(stack: Stack, count: int) -> Path:

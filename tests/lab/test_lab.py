@@ -104,7 +104,7 @@ def full_run(tmp_path_factory):
     """One short run of every stage; the results folder. Without the Sockets tab's
     screenshots (5-9 s a stage): two of them are taken from its folders below."""
     results = tmp_path_factory.mktemp("lab-results")
-    proc = lab("run", "--stages", "all", "--duration", "6", "--warmup", "2", "--users", "20",
+    proc = lab("run", "--stages", "all", "--duration", "5", "--warmup", "2", "--users", "20",
                "--spawn-rate", "20", "--no-screenshots", "--results", str(results),
                timeout=900)
     run_dir = (results / "latest").resolve()
