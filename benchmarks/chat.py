@@ -51,12 +51,18 @@ with them:
 - `--chat-failure-backoff`: least seconds a chat user waits for a second after
   a failed request (default 0.1), as a real client backs off: stage 4's fast
   502s would otherwise keep Locust at 100% of its core.
+- `--chat-burst-every`: seconds between bursts (default 0: a steady load). Every
+  chat user waits for the next multiple of it on the clock (plus up to
+  `BURST_JITTER`), so all of them send together and then leave their
+  connections idle: the idle gaps that the keep-alive race (stage 5k, lab 11)
+  needs, and that a steady load never leaves in Nginx's pool.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import random
 import time
@@ -107,6 +113,9 @@ OPTIONS = (
            "several app servers must route to the one that holds the session)"),
     Option("failure-backoff", float, 0.1, "least seconds a chat user waits after a failed "
            "request, as a real client backs off"),
+    Option("burst-every", float, 0.0, "seconds between bursts: every chat user sends its next "
+           "request at the same moments, this far apart, and leaves its connection idle in "
+           "between (the keep-alive race, stage 5k); 0: a steady load"),
 )
 
 
@@ -138,6 +147,10 @@ def apply_fixed_count(environment, **_kwargs):
     # Locust reads fixed_count when it spreads the users over the classes
     SocketIOChatUser.fixed_count = setting(environment, "socketio-users")
 HISTORY_LIMIT = 20
+# A burst's requests spread over this many seconds (--chat-burst-every), so that the
+# idle times of the connections they find in Nginx's pool spread around the app's
+# keep-alive rather than all missing its close by the same few milliseconds.
+BURST_JITTER = 0.05
 SOCKET_TIMEOUT = 10  # seconds for a Socket.IO connect or ack
 PASSWORD = "load-test-password"
 
@@ -271,6 +284,9 @@ class SignedInUser(FastHttpUser):
     failed_at = float("-inf")  # when this user's last request failed (note_failure)
 
     def wait_time(self):
+        every = setting(self.environment, "burst-every")
+        if every > 0:
+            return until_next_burst(every, time.time())
         low = setting(self.environment, "wait-min")
         wait = random.uniform(low, max(low, setting(self.environment, "wait-max")))
         if time.monotonic() - self.failed_at < 1.0:
@@ -297,6 +313,17 @@ class SignedInUser(FastHttpUser):
         if self.chat is None:
             self.chat = open_chat(self.client, setting(self.environment, "users-file"))
         return self.chat is not None
+
+
+def until_next_burst(every: float, now: float) -> float:
+    """Seconds from `now` to this user's moment in the next burst: the next multiple of
+    `every` on the wall clock (the same in every Locust process on the machine), plus
+    a jitter; a burst less than half a period away is skipped, so that every
+    connection stays idle about `every` seconds between two requests."""
+    tick = (math.floor(now / every) + 1) * every
+    if tick - now < every / 2:
+        tick += every
+    return tick - now + random.uniform(0, BURST_JITTER)
 
 
 class Outbox:

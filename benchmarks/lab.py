@@ -137,6 +137,7 @@ def cmd_up(args) -> int:
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
             "ui_url": ui_url, "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
             "users_file": str(users_file), "user_classes": list(stage.users),
+            "chat_settings": stage.chat_settings,
             "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
                              "port": box.port(role) if role not in box.clients else None}
                       for role in box.roles}})
@@ -195,7 +196,8 @@ def cmd_exec(args) -> int:
     # a bare `locust` (pyproject.toml names benchmarks/chat.py) runs the stage's users,
     # logged in as its seeded accounts
     env = procs.child_env(LOCUST_HOST=state["url"], LOCUST_CHAT_USERS_FILE=state["users_file"],
-                          LOCUST_USER_CLASSES=" ".join(state["user_classes"]))
+                          LOCUST_USER_CLASSES=" ".join(state["user_classes"]),
+                          **locust_cli.chat_env(state.get("chat_settings", {})))
     if state.get("sockets_csv"):  # and a headless run prints the Sockets tab's numbers
         files = locust_cli.locustfiles(state["user_classes"], sockets_tab=True)
         env.update(LOCUST_LOCUSTFILE=files, LOCUST_SOCKETS_CSV=state["sockets_csv"])
@@ -218,6 +220,8 @@ def cmd_list(args) -> int:
         if s.balance or s.socketio_transport != "websocket":
             say(f"    Nginx upstream {s.balance or 'round robin'}, Socket.IO users on "
                 f"{s.socketio_transport}")
+        if s.burst_every:
+            say(f"    chat users in bursts every {s.burst_every:g} s (--chat-burst-every)")
         say(f"    see: {s.see}")
     return 0
 

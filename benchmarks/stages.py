@@ -76,6 +76,9 @@ GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host
 # there, and past 16 the kernel drops the SYN.
 GUNICORN_SYNC_BACKLOG = ("gunicorn", "-c", "gunicorn/sync-backlog-16.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
+# A keep-alive of 1 s, shorter than Nginx's (the failure twin 5k: the keep-alive race).
+GUNICORN_EVENTLET_SHORT = ("gunicorn", "-c", "gunicorn/eventlet-short-keepalive.conf.py",
+                           "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
 
@@ -127,6 +130,7 @@ class Stage:
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
     socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
     client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
+    burst_every: float = 0.0  # the chat users' bursts (--chat-burst-every); 0: a steady load
 
     def __post_init__(self):
         if not 1 <= self.app_hosts <= len(APP_ROLES):
@@ -147,6 +151,15 @@ class Stage:
     def server_command(self, app_host: str = ADDRESS["app"],
                        app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
+
+    @property
+    def chat_settings(self) -> dict[str, object]:
+        """The chat scenario's settings (benchmarks/chat.py, `--chat-NAME`) this stage
+        gives other than their defaults, so most stages' command lines stay as the
+        docs show them."""
+        found = {"socketio-transport": self.socketio_transport, "burst-every": self.burst_every}
+        defaults = {"socketio-transport": "websocket", "burst-every": 0.0}
+        return {name: value for name, value in found.items() if value != defaults[name]}
 
     @property
     def gunicorn_config(self) -> str | None:
@@ -279,6 +292,11 @@ CUT_OFF = _ge("failures", 1,
 SYN_RETRIED = _ge("p99_ms", 900,
                   "a dropped SYN is sent again after 1 s: the slowest requests take a second "
                   "longer, with no error anywhere")
+RACED = _ge("upstream_prematurely_closed", 1,
+            "Nginx sends a request on a cached connection just as gunicorn, idle for its "
+            "1 s keep-alive, closes it: the request meets a reset or a FIN")
+POST_502 = _ge("post_502s", 1,
+               "Nginx retries a GET on a new connection, never a POST: a POST is answered 502")
 POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
 
 STAGES: tuple[Stage, ...] = (
@@ -373,6 +391,14 @@ STAGES: tuple[Stage, ...] = (
           checks=(NOT_ENOUGH, CUT_OFF),
           see="Nginx runs out of connections by its own configuration, with CPU to spare: "
               "it closes keep-alive connections, requests fail, TIME_WAIT is back",
+          twin_of="5", failure=True),
+    Stage(key="5k", slug="keepalive-race",
+          title="Nginx upstream keep-alive, the app's keep-alive shorter than Nginx's",
+          server=GUNICORN_EVENTLET_SHORT, redis_mode="pool",
+          front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"),
+          users=ASYNC_USERS, burst_every=1.0, checks=(RACED, POST_502),
+          see="users that pause leave Nginx's connections idle until gunicorn closes them, "
+              "sometimes under a request: POSTs answered 502",
           twin_of="5", failure=True),
     Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
           server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,

@@ -24,6 +24,10 @@ from benchmarks.stages import Stage
 TIME_WAIT_SECONDS = 60
 EADDRNOTAVAIL = "(99: Cannot assign requested address)"
 NOT_ENOUGH = "worker_connections are not enough"
+# The app closed a reused upstream connection under a request (the keep-alive race):
+# with a FIN Nginx reads end of file, with a reset (unread data at close) an error.
+UPSTREAM_CLOSED = ("upstream prematurely closed connection",
+                   "(104: Connection reset by peer) while reading response header from upstream")
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
 SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
@@ -133,6 +137,23 @@ CATALOGUE: dict[str, Metric] = {
         f"{results.NGINX_ERRORS} worker_connections",
         f"lines of Nginx's error log with `{NOT_ENOUGH}`: a worker at its connection limit "
         "(None: captured before the lab counted them)"),
+    "upstream_prematurely_closed": Metric(
+        f"{results.NGINX_ERRORS} upstream_closed",
+        f"lines of Nginx's error log with `{UPSTREAM_CLOSED[0]}` or `{UPSTREAM_CLOSED[1]}`: "
+        "the app closed a connection Nginx had just sent a request on (None: captured "
+        "before the lab counted them)"),
+    "upstream_reused_share": Metric(
+        f"{results.COUNT_JSON} app_accepted, app_responses",
+        "the share of the app's measured requests that came on a connection Nginx "
+        "already had: 1 - connections the app hosts accepted (PassiveOpens) / requests "
+        "in their access logs; ~0 a connection per request, ~1 reused"),
+    "post_502s": Metric(f"{results.COUNT_JSON} post_502",
+                        "POSTs the entry point answered 502 while measured (its access log): "
+                        "Nginx resends a failed GET on a new connection, never a POST"),
+    "upstream_resent": Metric(f"{results.COUNT_JSON} resent",
+                              "requests Nginx sent to the app a second time (two upstream "
+                              "times in its access log): a GET whose reused connection was "
+                              "closed under it"),
     "upstream_ports_in_time_wait": Metric(
         f"{_SAMPLER} tw_upstream_client, {results.SYSCTL_JSON}",
         "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
@@ -316,19 +337,36 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
         errors = nginx_errors(stage_dir)
         m["nginx_eaddrnotavail"] = errors["eaddrnotavail"]
         m["nginx_worker_connections"] = errors.get("worker_connections")
+        m["upstream_prematurely_closed"] = errors.get("upstream_closed")
         m["upstream_ports_in_time_wait"] = (
             round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)
     else:
         m["nginx_eaddrnotavail"] = None
         m["nginx_worker_connections"] = None
+        m["upstream_prematurely_closed"] = None
         m["upstream_ports_in_time_wait"] = None
 
     m.update(independent_rps(stage_dir, m))
+    count = results.read_json(stage_dir / results.COUNT_JSON) \
+        if (stage_dir / results.COUNT_JSON).exists() else {}
+    m["post_502s"] = count.get("post_502")
+    m["upstream_resent"] = count.get("resent") if stage.front else None
+    m["upstream_reused_share"] = reused_share(count)
 
     verify = results.read_json(stage_dir / results.VERIFY_JSON)
     m["server_keepalive"] = verify.get("server_keepalive")
     m.update(scale_out(stage_dir))
     return m
+
+
+def reused_share(count: dict) -> float | None:
+    """1 - the connections the app hosts accepted / the requests they logged, while
+    measured (count.json): the share of requests Nginx sent on a connection it kept.
+    None without a front, on the machine, or for a run without the counts."""
+    accepted, requests = count.get("app_accepted"), count.get("app_responses")
+    if accepted is None or not requests:
+        return None
+    return round(max(0.0, 1 - accepted / requests), 3)
 
 
 def scale_out(stage_dir: Path) -> dict:
@@ -340,7 +378,7 @@ def scale_out(stage_dir: Path) -> dict:
         if (stage_dir / results.COUNT_JSON).exists() else {}
     per_host = count.get("app_hosts")
     m["sio_session_400s"] = count.get("socketio_400")
-    if per_host and sum(per_host.values()):
+    if per_host and len(per_host) > 1 and sum(per_host.values()):
         shares = [n / sum(per_host.values()) for n in per_host.values()]
         m["app_share_min"], m["app_share_max"] = round(min(shares), 3), round(max(shares), 3)
     delivery = stage_dir / results.DELIVERY_JSON
@@ -372,39 +410,46 @@ def _busiest(values) -> float | None:
 
 
 def count_answered(log: Path, offset: int = 0) -> dict:
-    """Responses in an access log from byte `offset` on: all, and answered (2xx/3xx).
+    """Responses in an access log from byte `offset` on: all, answered (2xx/3xx), POSTs
+    answered 502, and those Nginx sent to the app twice (its upstream times a pair).
     Socket.IO's own HTTP requests (handshakes, upgrades) are left out: Locust's
     headline counts HTTP requests of the chat API."""
-    answered = responses = 0
+    answered = responses = post_502 = resent = 0
     with open(log, "rb") as f:
         f.seek(offset)
         for raw in f:
-            match = REQUEST_LINE.search(ANSI_COLOUR.sub("", raw.decode("utf-8", "replace")))
+            line = ANSI_COLOUR.sub("", raw.decode("utf-8", "replace"))
+            match = REQUEST_LINE.search(line)
             if not match or match["path"].startswith("/socket.io/"):
                 continue
             responses += 1
             answered += match["status"][0] in "23"
-    return {"responses": responses, "answered": answered}
+            post_502 += match["method"] == "POST" and match["status"] == "502"
+            resent += "," in line[match.end():]
+    return {"responses": responses, "answered": answered, "post_502": post_502,
+            "resent": resent}
 
 
 def app_log_sizes(stage: Stage, stage_dir: Path) -> dict[str, int]:
-    """Where each app host's access log ends, in a stage with several ({} otherwise)."""
-    if stage.app_hosts < 2:
+    """Where each app host's access log ends, in a stage with a front ({} otherwise)."""
+    if not stage.front:
         return {}
     return {role: log_size(stage_dir / results.app_access_log(role))
             for role in stage.app_roles}
 
 
 def app_counts(stage_dir: Path, since: dict[str, int]) -> dict:
-    """`{"app_hosts": {role: answered}, "socketio_400": n}`: what each app host's access
-    log gained since `since` (app_log_sizes), and the Socket.IO requests they answered
-    400 (an Engine.IO session the host does not hold), for count.json; {} with one app
-    host."""
+    """`{"app_hosts": {role: answered}, "app_responses": n, "socketio_400": n}`: what each
+    app host's access log gained since `since` (app_log_sizes), all their responses, and
+    the Socket.IO requests they answered 400 (an Engine.IO session the host does not
+    hold), for count.json; {} without a front."""
     if not since:
         return {}
     logs = {role: (stage_dir / results.app_access_log(role), offset)
             for role, offset in since.items()}
-    return {"app_hosts": {role: count_answered(*log)["answered"] for role, log in logs.items()},
+    counts = {role: count_answered(*log) for role, log in logs.items()}
+    return {"app_hosts": {role: c["answered"] for role, c in counts.items()},
+            "app_responses": sum(c["responses"] for c in counts.values()),
             "socketio_400": sum(count_socketio_400(*log) for log in logs.values())}
 
 
@@ -459,7 +504,8 @@ def nginx_error_counts(stage_dir: Path) -> dict | None:
     if not log.exists():
         return None
     return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL),
-            "worker_connections": count_in_file(log, NOT_ENOUGH)}
+            "worker_connections": count_in_file(log, NOT_ENOUGH),
+            "upstream_closed": sum(count_in_file(log, needle) for needle in UPSTREAM_CLOSED)}
 
 
 def nginx_errors(stage_dir: Path) -> dict:

@@ -2,6 +2,7 @@
 
     python -m benchmarks.analysis.reference RUN_DIR       # e.g. results/latest after `make lab`
     python -m benchmarks.analysis.reference RUN_DIR --add # its stages added to the copy
+    python -m benchmarks.analysis.reference --recompute   # after a metric was added
 
 The notebooks and docs read `notebooks/reference-run/` when there is no
 `results/latest`, so a fresh clone has real numbers to look at. The copy keeps
@@ -21,7 +22,7 @@ or, with `--add`, keeps its other stages: RUN_DIR's stages replace theirs,
 `run.json` lists them under `added` (when, which commit, which stages), and
 every stage's metrics.json and checks.json are computed again from the
 copied files (a metric added since gets its value, None where it does not
-apply).
+apply); `--recompute` does only that.
 `report.md`, `summary.csv` and the plots are written again by
 benchmarks/analysis/report.py from the copied files, so their links and numbers match
 the copy. The command ends with the copy's size (it should stay well under 1 MB).
@@ -123,6 +124,15 @@ def add(run_dir: Path, dest: Path = DEST) -> list[Path]:
                                          "git_commit": new.get("git_commit"),
                                          "parameters": new.get("parameters"), "stages": keys})
     results.write_json(dest / results.RUN_JSON, info)
+    return recompute(dest)
+
+
+def recompute(dest: Path = DEST) -> list[Path]:
+    """Every stage's metrics.json and checks.json computed again from the copied files,
+    and the report written again: a metric added since gets its value (None where the
+    copy lacks what it is computed from)."""
+    if not results.is_run(dest):
+        raise FileNotFoundError(f"{dest} holds no reference run to compute again")
     for stage, folder in results.present_stages(dest):
         if (folder / results.METRICS_JSON).exists():
             result = metrics.compute(folder, stage)
@@ -139,16 +149,24 @@ def size(path: Path) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.analysis.reference",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="the lab run to copy, e.g. results/latest")
+    p.add_argument("run_dir", type=Path, nargs="?",
+                   help="the lab run to copy, e.g. results/latest")
     p.add_argument("--add", action="store_true",
                    help="add its stages to the reference instead of replacing it")
+    p.add_argument("--recompute", action="store_true",
+                   help="no run: compute the reference's metrics, checks and report again "
+                        "(after a metric was added)")
     return p
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.run_dir is None) != args.recompute:
+        parser.error("give a run folder (e.g. results/latest), or --recompute alone")
     try:
-        files = add(args.run_dir) if args.add else copy(args.run_dir)
+        files = (recompute() if args.recompute else add(args.run_dir) if args.add
+                 else copy(args.run_dir))
     except (FileNotFoundError, ValueError) as e:
         print(f"reference: {e}")
         return 2

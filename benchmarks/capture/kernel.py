@@ -411,14 +411,14 @@ def read_sockstat(path: str = "/proc/net/sockstat") -> dict[str, int]:
     raise OSError(f"no TCP line in {path}")
 
 
-def read_netstat(path: str = "/proc/net/netstat") -> dict[str, int]:
-    """The TcpExt counters of /proc/net/netstat by name (a header line, then its values):
-    TCPTimeWaitOverflow, ListenOverflows, ListenDrops, ... Each network namespace has
-    its own."""
+def read_netstat(path: str = "/proc/net/netstat", group: bytes = b"TcpExt:") -> dict[str, int]:
+    """One group of counters by name from /proc/net/netstat (TcpExt: TCPTimeWaitOverflow,
+    ListenOverflows, ...) or /proc/net/snmp (Tcp: PassiveOpens, ...): a header line,
+    then its values. Each network namespace has its own."""
     with open(path, "rb") as f:
-        lines = [line.split() for line in f if line.startswith(b"TcpExt:")]
+        lines = [line.split() for line in f if line.startswith(group)]
     if len(lines) < 2:
-        raise OSError(f"no TcpExt lines in {path}")
+        raise OSError(f"no {group.decode()} lines in {path}")
     names, values = lines[0][1:], lines[1][1:]
     return {k.decode(): int(v) for k, v in zip(names, values, strict=True)}
 

@@ -39,10 +39,16 @@ def command(user_classes: Iterable[str], options: Iterable[str],
             *user_classes]
 
 
-def transport_options(transport: str) -> list[str]:
-    """The chat users' Socket.IO transport option: none for websocket (chat.py's default,
-    so most stages' command lines stay as the docs show them)."""
-    return [] if transport == "websocket" else ["--chat-socketio-transport", transport]
+def chat_options(settings: dict[str, object]) -> list[str]:
+    """A stage's chat settings (Stage.chat_settings) as Locust options: `--chat-NAME VALUE`."""
+    return [part for name, value in settings.items()
+            for part in (f"--chat-{name}", f"{value:g}" if isinstance(value, float) else value)]
+
+
+def chat_env(settings: dict[str, object]) -> dict[str, str]:
+    """The same as Locust's environment variables (`LOCUST_CHAT_NAME`), for `lab exec`."""
+    return {f"LOCUST_CHAT_{name.upper().replace('-', '_')}": str(value)
+            for name, value in settings.items()}
 
 
 def start_workers(prefixes: dict[str, list[str]], master_host: str | None, log_dir: Path,

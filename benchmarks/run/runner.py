@@ -236,7 +236,7 @@ def socketio_users(opts: RunOptions, user_classes) -> int:
 
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                    csv_prefix: Path | None, users_file: Path | None = None,
-                   transport: str = "websocket") -> list[str]:
+                   chat_settings: dict | None = None) -> list[str]:
     # Socket.IO users come on top, so every stage has the same HTTP users
     users = opts.users + socketio_users(opts, user_classes)
     cmd = ["--headless", "-u", str(users),
@@ -246,7 +246,7 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
         # the lab wants the server saturated: almost no think time between tasks
         cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
                 "--chat-socketio-users", str(socketio_users(opts, user_classes)),
-                *locust_cli.transport_options(transport)]
+                *locust_cli.chat_options(chat_settings or {})]
         if users_file:
             cmd += ["--chat-users-file", str(users_file)]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
@@ -286,7 +286,7 @@ class Load:
     # (on `client`, at master_host) runs `--headless` and counts
     workers: dict[str, list[str]] = field(default_factory=dict)
     master_host: str | None = None
-    socketio_transport: str = "websocket"  # the stage's (stages.Stage)
+    chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -302,7 +302,7 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
     prefix = stage_dir / WARMUP_PREFIX
     cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file,
-                           load.socketio_transport),
+                           load.chat_settings),
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
@@ -332,7 +332,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     `load.count_log` ended when it started (what the log gains is that run's)."""
     env = procs.child_env()
     cmd = locust_command(load.url, opts, opts.duration, user_classes,
-                         stage_dir / results.LOCUST_PREFIX, users_file, load.socketio_transport)
+                         stage_dir / results.LOCUST_PREFIX, users_file, load.chat_settings)
     if load.workers:  # the master: it counts, its workers (start_workers) send the load
         cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
                "--expect-workers-max-wait", "30"]
@@ -407,7 +407,7 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 count_log=stage_dir / results.count_log(stage),
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
-                socketio_transport=stage.socketio_transport)
+                chat_settings=stage.chat_settings)
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
@@ -446,8 +446,11 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
                                  for role, v in sysctls.items() if role in stage.connecting_roles))
             shown.phase("measuring")
             apps_from = metrics.app_log_sizes(stage, stage_dir)
+            accepted_from = box.accepted(stage.app_roles) if stage.front else None
             count_from = measure(load, stage_dir, users_file, opts, stage.users)
             apps = metrics.app_counts(stage_dir, apps_from)
+            if accepted_from is not None:  # for upstream_reused_share, the same window
+                apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
             if stage.app_hosts > 1:
                 shown.phase("a Socket.IO message from one app host to the other")
                 probe_delivery(box, stage, stage_dir, users_file)

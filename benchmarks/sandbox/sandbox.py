@@ -161,6 +161,18 @@ class Sandbox:
             total += int(tcp[tcp.index("tw") + 1]) if "tw" in tcp else 0
         return total
 
+    def accepted(self, roles) -> int | None:
+        """Connections these hosts have accepted so far (PassiveOpens, each host's own
+        /proc/net/snmp); None on the machine, whose count is every program's."""
+        if not self.network:
+            return None
+        total = 0
+        for role in roles:
+            with kernel.in_netns(self.namespace(role)):
+                found = kernel.read_netstat("/proc/thread-self/net/snmp", b"Tcp:")
+            total += found["PassiveOpens"]
+        return total
+
     def address(self, role: str) -> str:
         return self.network.address(role) if self.network else "127.0.0.1"
 

@@ -51,10 +51,10 @@ def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
                    web_port: int, master: bool = False) -> list[str]:
     """The UI's Locust: with several client hosts, Locust's master (its workers send
     the load; the UI shows them on its Workers tab)."""
-    transport = locust_cli.transport_options(stage.socketio_transport)
+    chat = locust_cli.chat_options(stage.chat_settings)
     return locust_cli.command(stage.users, [
         "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
-        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *transport,
+        "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *chat,
         *(["--master"] if master else [])], sockets_tab=True)
 
 

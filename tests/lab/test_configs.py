@@ -47,6 +47,9 @@ SETTINGS = {
     # the failure twin 2b: stage 2's settings and an accept queue of 16
     "gunicorn/sync-backlog-16.conf.py": dict(worker_class="sync", workers=4, keepalive=2,
                                              backlog=16),
+    # the failure twin 5k: stage 5's settings and a keep-alive shorter than Nginx's
+    "gunicorn/eventlet-short-keepalive.conf.py": dict(worker_class="eventlet", workers=4,
+                                                      keepalive=1),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 
@@ -189,6 +192,24 @@ def test_nginx_runs_the_main_file_which_includes_the_stages_conf_d_file(
 def test_every_conf_d_file_is_a_stages():
     files = {f"conf.d/{p.name}" for p in (ROOT / "nginx" / "conf.d").iterdir()}
     assert files == {s.front for s in PROXIED}
+
+
+def upstream_keepalive_timeout(front: str) -> int:
+    """Seconds Nginx keeps an idle upstream connection: `keepalive_timeout` inside the
+    conf.d file's `upstream` block (Nginx's default, 60 s, where it says none)."""
+    block = re.search(r"upstream app \{(.*?)\n\}", (ROOT / "nginx" / front).read_text(), re.S)
+    found = re.search(r"^\s*keepalive_timeout (\d+)s;", block[1], re.M)
+    return int(found[1]) if found else 60
+
+
+@pytest.mark.parametrize("stage", [s for s in PROXIED if "keepalive" in s.front],
+                         ids=lambda s: s.key)
+def test_the_app_keeps_idle_connections_longer_than_nginx_but_in_the_race_twin(stage):
+    """The keep-alive race (5k, lab 11) is the one stage where the app closes an idle
+    connection before Nginx stops reusing it; everywhere else Nginx closes first."""
+    app = runpy.run_path(str(ROOT / stage.gunicorn_config))["keepalive"]
+    nginx = upstream_keepalive_timeout(stage.front)
+    assert (app < nginx) == (stage.key == "5k"), f"stage {stage.key}: app {app} s, Nginx {nginx} s"
 
 
 # --- sysctl ----------------------------------------------------------------------

@@ -18,8 +18,9 @@ def test_all_is_the_main_line_and_failures_bring_their_base_stages():
     assert [s.key for s in stages.select("all")] == [s.key for s in stages.MAIN]
     assert not any(s.failure for s in stages.MAIN) and stages.FAILURES
     keys = [s.key for s in stages.select("failures")]
-    for twin in stages.FAILURES:  # right after its base
-        assert keys.index(twin.key) == keys.index(twin.twin_of) + 1, keys
+    for twin in stages.FAILURES:  # after its base, with only its base's other twins between
+        between = keys[keys.index(twin.twin_of) + 1:keys.index(twin.key)]
+        assert all(stages.get(k).twin_of == twin.twin_of for k in between), keys
     with pytest.raises(KeyError, match=r"--stages 0,0t, or --stages failures"):
         stages.select("0t")
 
@@ -28,7 +29,8 @@ def test_all_is_the_main_line_and_failures_bring_their_base_stages():
 @pytest.mark.slow
 def test_each_failure_twin_fails_where_its_base_stage_does_not(tmp_path):
     # short: the lab fits 0t's TIME_WAIT cap to the warm-up's rate (fitting.py), 2b's
-    # queue of 16 and 5w's 32 connections overflow from the first second of load
+    # queue of 16 and 5w's 32 connections overflow from the first second of load, 5k's
+    # bursts come every second
     result = lab("run", "--stages", "failures", "--duration", "8", "--warmup", "3",
                  "--no-screenshots", "--strict", "--results", str(tmp_path), timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
@@ -46,4 +48,28 @@ def test_each_failure_twin_fails_where_its_base_stage_does_not(tmp_path):
     upstream, starved = measured("5"), measured("5w")
     assert upstream["nginx_worker_connections"] == 0 and upstream["failures"] == 0, upstream
     assert starved["nginx_worker_connections"] > 0 and starved["failures"] > 0, starved
+    assert upstream["upstream_prematurely_closed"] == 0, upstream
+    raced = measured("5k")
+    assert raced["upstream_prematurely_closed"] > 0 and raced["post_502s"] > 0, raced
+    # only POSTs fail: each line of the log is a POST answered 502 or a request resent
+    assert raced["failures"] == raced["post_502s"], raced
+    assert raced["post_502s"] + raced["upstream_resent"] == raced["upstream_prematurely_closed"]
+    assert leftovers(result.pid) == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_stage_5_under_the_races_load_fails_nothing(tmp_path):
+    """5k's bursts against stage 5, whose app keeps idle connections longer than Nginx:
+    the same pauses, no race."""
+    burst = f"--chat-burst-every {stages.get('5k').burst_every:g}"
+    result = lab("run", "--stages", "5", "--duration", "6", "--warmup", "2",
+                 "--no-screenshots", "--locust-args", burst, "--results", str(tmp_path),
+                 timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert burst in result.stdout  # Locust's command line, as the run printed it
+    run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
+    m = json.loads((run_dir / stages.get("5").dirname / "metrics.json").read_text())
+    assert m["requests"] > 0 and m["failures"] == 0, m
+    assert m["upstream_prematurely_closed"] == 0 and m["post_502s"] == 0, m
     assert leftovers(result.pid) == []

@@ -194,6 +194,19 @@ def test_stage_shows_its_phenomenon(full_run, stage):
 
 @pytest.mark.netns
 @pytest.mark.slow
+def test_nginx_reuses_its_upstream_connections_in_stage_5_not_4(full_run):
+    """upstream_reused_share, from the connections the app host accepted: ~0 in stage 4
+    (one per request), ~1 in stage 5 (a short run: filling the pool weighs more)."""
+    def share(key: str) -> float:
+        d = full_run["run_dir"] / stages.get(key).dirname
+        return json.loads((d / "metrics.json").read_text())["upstream_reused_share"]
+
+    assert share("4") <= 0.1 and share("5") >= 0.9, (share("4"), share("5"))
+    assert share("0") is None  # no Nginx, nothing to reuse
+
+
+@pytest.mark.netns
+@pytest.mark.slow
 def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
     """The stage's profile on the connecting hosts (the app toward Redis, the proxy
     toward the app), the baseline on the others (the client, Redis)."""

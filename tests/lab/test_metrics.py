@@ -83,13 +83,17 @@ def test_count_answered_reads_all_three_access_log_shapes(tmp_path):
         '"POST /rooms/3/messages HTTP/1.1" 201\n'
         '"GET /users/me HTTP/1.1" 502\n'                                   # not answered
         '"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1" 101\n'       # not chat HTTP
+        '"POST /rooms/3/messages HTTP/1.1" 502 0.000 0.021 0.020\n'         # the race (5k)
+        '"GET /users/me HTTP/1.1" 200 0.000, 0.000 0.047, 0.015 0.061\n'    # sent twice
         '127.0.0.1 - - [22/Nov/2026 08:00:10] "GET /users/friends HTTP/1.1" 200 -\n'
         '127.0.0.1 - - [22/Nov/2026 08:00:10] "\x1b[35m\x1b[1mPOST /rooms/7/messages '
         'HTTP/1.1\x1b[0m" 201 -\n'
         " * Running on http://127.0.0.1:8000\n")
     start = len("warm-up and set-up, before the measured run\n")
-    assert metrics.count_answered(log, start) == {"responses": 5, "answered": 4}
-    assert metrics.count_answered(log, log.stat().st_size) == {"responses": 0, "answered": 0}
+    assert metrics.count_answered(log, start) == {"responses": 7, "answered": 5,
+                                                  "post_502": 1, "resent": 1}
+    assert metrics.count_answered(log, log.stat().st_size) == {
+        "responses": 0, "answered": 0, "post_502": 0, "resent": 0}
 
 
 def entry(method, name, requests, failures, times, start=100.0, last=110.0):

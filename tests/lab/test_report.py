@@ -179,13 +179,29 @@ def test_reference_counts_nginx_errors_of_a_run_that_kept_only_the_log(tmp_path,
     (stage_dir / results.NGINX_ERRORS).unlink()
     line = f"connect() to 127.0.0.1:8000 failed {metrics.EADDRNOTAVAIL} while connecting\n"
     short = f"[alert] 7#7: 32 {metrics.NOT_ENOUGH}\n"
-    (stage_dir / results.NGINX_ERROR_LOG).write_text(line * 3 + short * 2 + "an unrelated line\n")
+    raced = f"[error] 7#7: *9 recv() failed {metrics.UPSTREAM_CLOSED[1]}, client: ...\n"
+    (stage_dir / results.NGINX_ERROR_LOG).write_text(
+        line * 3 + short * 2 + raced + "an unrelated line\n")
     dest = tmp_path / "reference-run"
     reference.copy(run_copy, dest)
     assert results.read_json(dest / "04-nginx-proxy" / results.NGINX_ERRORS) == {
-        "eaddrnotavail": 3, "worker_connections": 2}
+        "eaddrnotavail": 3, "worker_connections": 2, "upstream_closed": 1}
     assert not (dest / "04-nginx-proxy" / results.NGINX_ERROR_LOG).exists()
     assert not (stage_dir / results.NGINX_ERRORS).exists()  # the run itself is only read
+
+
+def test_reference_recompute_computes_every_metric_again(tmp_path):
+    dest = tmp_path / "reference-run"
+    shutil.copytree(REFERENCE, dest)
+    keep_only(dest, {"5"})
+    stage_metrics = dest / stages.get("5").dirname / results.METRICS_JSON
+    before = results.read_json(stage_metrics)
+    results.write_json(stage_metrics, {k: v for k, v in before.items()
+                                       if k != "rps"})
+    reference.recompute(dest)
+    assert results.read_json(stage_metrics) == before
+    with pytest.raises(SystemExit):  # neither a run nor --recompute
+        reference.main([])
 
 
 def test_reference_add_puts_a_runs_stages_beside_the_others(tmp_path, run_copy):
