@@ -55,7 +55,8 @@ with them:
   chat user waits for the next multiple of it on the clock (plus up to
   `BURST_JITTER`), so all of them send together and then leave their
   connections idle: the idle gaps that the keep-alive race (stage 5k, lab 11)
-  needs, and that a steady load never leaves in Nginx's pool.
+  needs, and that a steady load never leaves in Nginx's pool. Each burst, a
+  chat user posts to its room, or reads it one time in three.
 """
 
 from __future__ import annotations
@@ -347,6 +348,14 @@ class ChatUser(SignedInUser):
 
     weight = 4
     outbox: Outbox | None = None
+
+    def on_start(self):
+        super().on_start()
+        if setting(self.environment, "burst-every") > 0:
+            # in bursts, a person in a group chat: posts to the room, or reads it (one
+            # time in three), so that a POST and a GET both often meet a connection the
+            # app is just closing
+            self.tasks = [ChatUser.post_message, ChatUser.post_message, ChatUser.read_messages]
 
     @task(6)
     def read_messages(self):

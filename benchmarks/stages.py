@@ -396,7 +396,7 @@ STAGES: tuple[Stage, ...] = (
           title="Nginx upstream keep-alive, the app's keep-alive shorter than Nginx's",
           server=GUNICORN_EVENTLET_SHORT, redis_mode="pool",
           front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"),
-          users=ASYNC_USERS, burst_every=1.0, checks=(RACED, POST_502),
+          users=ASYNC_USERS, burst_every=1.05, checks=(RACED, POST_502),
           see="users that pause leave Nginx's connections idle until gunicorn closes them, "
               "sometimes under a request: POSTs answered 502",
           twin_of="5", failure=True),
