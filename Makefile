@@ -4,9 +4,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Lab knobs (see README): which stages, seconds measured per stage, Locust users.
+# Lab knobs (see README): which stages, seconds measured per stage, how many times
+# each stage runs (interleaved), Locust users.
 STAGES ?= all
 DURATION ?= 30
+REPEATS ?= 1
 USERS ?= 50
 LAB_ARGS ?=
 
@@ -61,7 +63,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 lab: setup
-	$(PY) -m benchmarks.lab run --stages $(STAGES) --duration $(DURATION) --users $(USERS) $(LAB_ARGS)
+	$(PY) -m benchmarks.lab run --stages $(STAGES) --duration $(DURATION) --users $(USERS) --repeats $(REPEATS) $(LAB_ARGS)
 
 # The book's benchmark (/kv, 100 clients, the server on one core) beside its figures.
 book: setup

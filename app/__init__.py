@@ -9,6 +9,7 @@ from __future__ import annotations
 from flask import Flask
 
 from . import (
+    access_log,
     attempts,
     auth,
     errors,
@@ -32,6 +33,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config.from_mapping(test_config)
     settings.validate(app.config, app.logger)
 
+    access_log.init_app(app)  # first: its clock starts before the other hooks
     errors.init_app(app)
     validation.init_app(app)
     redis_store.init_app(app)

@@ -37,6 +37,9 @@ DEFAULTS = {
     # remembered: a retry within this window stores nothing new.
     "IDEMPOTENCY_TTL": 3600,
     "PASSWORD_MIN_LENGTH": 8,
+    # A file for the app's own timed access log (access_log.py), for a server that
+    # logs no times (`flask run`); empty: none.
+    "ACCESS_LOG": "",
     # werkzeug.security method. scrypt is deliberately slow (tens of ms of
     # CPU per hash). The test suite lowers it to a cheap pbkdf2 to stay fast;
     # leave it alone anywhere else.

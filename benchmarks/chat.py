@@ -51,6 +51,9 @@ with them:
 - `--chat-failure-backoff`: least seconds a chat user waits for a second after
   a failed request (default 0.1), as a real client backs off: stage 4's fast
   502s would otherwise keep Locust at 100% of its core.
+- `--chat-sessions-file`: a JSON file for the Socket.IO users' sessions
+  (created, completed, failed, their lengths), written as the test stops; a
+  worker writes `NAME.PID.json` beside it (the lab adds them up).
 - `--chat-burst-every`: seconds between bursts (default 0: a steady load). Every
   chat user waits for the next multiple of it on the clock (plus up to
   `BURST_JITTER`), so all of them send together and then leave their
@@ -72,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from locust import FastHttpUser, constant_pacing, events, run_single_user, task
+from locust.runners import WorkerRunner
 
 # isort: split
 # After locust, whose import monkey-patches the standard library for gevent:
@@ -114,6 +118,8 @@ OPTIONS = (
            "several app servers must route to the one that holds the session)"),
     Option("failure-backoff", float, 0.1, "least seconds a chat user waits after a failed "
            "request, as a real client backs off"),
+    Option("sessions-file", str, "", "write the Socket.IO sessions (created, completed, "
+           "failed, their lengths) to this JSON file when the test stops"),
     Option("burst-every", float, 0.0, "seconds between bursts: every chat user sends its next "
            "request at the same moments, this far apart, and leaves its connection idle in "
            "between (the keep-alive race, stage 5k); 0: a steady load"),
@@ -443,13 +449,23 @@ class SocketIOChatUser(SignedInUser):
         return constant_pacing(setting(self.environment, "socketio-pace"))(self)
     sio: socketio.Client | None = None
     outbox: Outbox | None = None
+    session_started: float | None = None  # when the session now open began (monotonic)
 
     def on_start(self):
         self.connected()
 
     def on_stop(self):
         if self.sio is not None:
+            self.end_session(None)  # lasted until the user stopped: completed
             self.sio.disconnect()
+
+    def end_session(self, failure: Exception | None) -> None:
+        """Count the session that ends now, completed or failed, with its length."""
+        if self.session_started is None:
+            return
+        SESSIONS["completed" if failure is None else "failed"] += 1
+        SESSIONS["lengths"].append(round(time.monotonic() - self.session_started, 3))
+        self.session_started = None
 
     def measure(self, name: str):
         return self.environment.events.request.measure("WSIO", name)
@@ -464,8 +480,12 @@ class SocketIOChatUser(SignedInUser):
             return False
         if self.sio is not None and self.sio.connected:
             return True
+        if self.sio is not None:  # it was open and is not: the server ended it
+            self.end_session(SessionClosed("the session was closed under the user"))
         self.sio = None
         sio = socketio.Client(reconnection=False)
+        self.session_started = time.monotonic()
+        SESSIONS["created"] += 1
         with self.measure("connect") as meta:
             connect(sio, self.host, self.chat.token, transport(self.environment))
         if meta["exception"] is None:
@@ -474,6 +494,7 @@ class SocketIOChatUser(SignedInUser):
                 check_ack(ack, meta)
         if meta["exception"] is not None:
             sio.disconnect()
+            self.end_session(meta["exception"])
             return False
         self.sio = sio
         return True
@@ -490,6 +511,23 @@ class SocketIOChatUser(SignedInUser):
             check_ack(ack, meta, "id", "ts")
         if meta["exception"] is None:
             self.outbox.delivered()
+
+
+# The Socket.IO users' sessions, as Artillery reports its virtual users: created, completed
+# (open until their user stopped), failed (refused, or closed under the user), and their
+# lengths (s). Apart from Locust's request stats, whose Aggregated row a session's tens of
+# seconds would swamp: each Locust process writes its own as the test stops.
+SESSIONS = {"created": 0, "completed": 0, "failed": 0, "lengths": []}
+
+
+@events.test_stop.add_listener
+def write_sessions(environment, **_kwargs):
+    path = setting(environment, "sessions-file")
+    if not path:
+        return
+    if isinstance(environment.runner, WorkerRunner):  # the master writes the named file
+        path = Path(path).with_suffix(f".{os.getpid()}.json")
+    Path(path).write_text(json.dumps(SESSIONS) + "\n")
 
 
 class SessionClosed(Exception):

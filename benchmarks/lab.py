@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from benchmarks import stages
 from benchmarks.analysis import metrics, report
-from benchmarks.run import cli, locust_cli, options, results, runner
+from benchmarks.run import cli, environment, locust_cli, options, results, runner
 from benchmarks.run.cli import say
 from benchmarks.sandbox import hosts, procs, sandbox
 from benchmarks.sockets_tab import stage_shot, web_ui
@@ -64,11 +64,22 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
     if opts.placement.overlap:
         say(f"note: the server and the client share CPU {opts.placement.as_dict()['overlap']}: "
             "the numbers then depend on how much CPU Locust takes")
-    done, failed = runner.run_stages(opts, run_dir, screenshot=stage_shot.screenshot)
+    try:
+        done, failed = runner.run_stages(opts, run_dir, screenshot=stage_shot.screenshot)
+    except KeyboardInterrupt:
+        if opts.repeats > 1:  # what the finished repeats measured stays, said once
+            finished = results.run_info(run_dir).get("repeats_done", 0)
+            say(f"lab: interrupted during repeat {finished + 1} of {opts.repeats}; the "
+                f"{finished} finished repeat(s) stay in {results.rel(run_dir)} (their "
+                f"report: python -m benchmarks.analysis.report {results.rel(run_dir)})")
+        raise
     if done:
         report.write(run_dir)
         say("")
         say(report.summary_table(run_dir))
+        if report.repeats_section(run_dir):
+            say("")
+            say(report.repeats_section(run_dir).rstrip())
         say(f"\nreport: {results.rel(run_dir / results.REPORT_MD)}")
     if failed:
         say(f"lab: stage(s) {', '.join(failed)} failed to run")
@@ -108,7 +119,7 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     stage_dir = run_dir / "target"
     stage_dir.mkdir()
     results.write_json(run_dir / results.RUN_JSON, {
-        **runner.environment(), "target": url,
+        **environment.environment(), "target": url,
         "parameters": {k: v for k, v in opts.parameters().items()
                        if k in ("duration_s", "users", "locust_args")}})
     say(f"lab: load against {url} for {opts.duration:g} s; results in {results.rel(stage_dir)}")
@@ -253,6 +264,9 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--duration", type=float, default=defaults.duration,
                      help="seconds measured per stage")
     run.add_argument("--users", type=int, default=defaults.users, help="Locust users")
+    run.add_argument("--repeats", type=int, default=defaults.repeats,
+                     help="run every stage this many times, interleaved (0,1,2,0,1,2...), "
+                          "for a mean and a 95%% interval per stage (default 1)")
     run.add_argument("--spawn-rate", type=float, default=defaults.spawn_rate,
                      help="users started per second")
     run.add_argument("--warmup", type=float, default=defaults.warmup,

@@ -11,7 +11,7 @@ with its source and meaning; a test keeps it and `compute` in step.
 from __future__ import annotations
 
 import csv
-import re
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +29,11 @@ NOT_ENOUGH = "worker_connections are not enough"
 UPSTREAM_CLOSED = ("upstream prematurely closed connection",
                    "(104: Connection reset by peer) while reading response header from upstream")
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
-SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms", "failures",
+SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms",
+                   "server_p50_ms", "server_p95_ms", "server_p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
-                   "client_cpu_p95", "sio_rps", "sio_p95_ms")
+                   "client_cpu_p95", "sio_rps", "sio_p95_ms", "sio_sessions",
+                   "sio_sessions_failed", "sio_session_p50_ms", "sio_session_p95_ms")
 # Locust imports its locustfile and spawns its users in the first seconds of the
 # sampler's series: its CPU then says nothing about the load it generates.
 CLIENT_START_S = 2.0
@@ -41,11 +43,6 @@ SOCKETIO_TYPE = "WSIO"
 # Past this relative gap between Locust's answered requests and the server's own
 # count, the report flags the stage: one of the two is not counting what it should.
 COUNT_GAP_LIMIT = 0.02
-# A request line in an access log: `"GET /kv/a HTTP/1.1" 200` (Nginx's `counted`
-# format, gunicorn's --access-logformat, and werkzeug's own line all contain it).
-REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>\d{3})\b')
-# werkzeug colours some of its lines (201s, 4xx) even into a file
-ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 # The sampler's connection classes (benchmarks/stages.py: Stage.connection_classes).
 CLASSES = ("redis", "upstream", "front")
 
@@ -58,6 +55,7 @@ class Metric:
 
 _LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
+_LOCUST_SESSION = f"{results.SESSIONS_JSON} (benchmarks/chat.py's Sessions; a worker's beside it)"
 _SAMPLER = results.SAMPLER_CSV
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
@@ -80,6 +78,11 @@ CATALOGUE: dict[str, Metric] = {
     "p50_ms": Metric(_LOCUST, "median HTTP response time, ms"),
     "p95_ms": Metric(_LOCUST, "95th percentile HTTP response time, ms"),
     "p99_ms": Metric(_LOCUST, "99th percentile HTTP response time, ms"),
+    **{f"server_p{q}_ms": Metric(
+        f"{results.COUNT_JSON} server_p{q}_ms",
+        f"{q}th percentile of the request times the entry point logged while measured "
+        "(Nginx's $request_time, gunicorn's %(L)s, the app's own under `flask run`), ms: "
+        "the server's side of Locust's p" + str(q)) for q in (50, 95, 99)},
     "sio_requests": Metric(_LOCUST_SIO, "Socket.IO messages sent (stages 3+), beside the headline"),
     "sio_failures": Metric(_LOCUST_SIO, "messages whose ack never came or was an error"),
     "sio_rps": Metric(_LOCUST_SIO, "acknowledged messages a second"),
@@ -87,6 +90,12 @@ CATALOGUE: dict[str, Metric] = {
     "sio_p50_ms": Metric(_LOCUST_SIO, "median ack round trip, ms"),
     "sio_p95_ms": Metric(_LOCUST_SIO, "95th percentile ack round trip, ms"),
     "sio_p99_ms": Metric(_LOCUST_SIO, "99th percentile ack round trip, ms"),
+    "sio_sessions": Metric(_LOCUST_SESSION, "Socket.IO sessions created (connects tried)"),
+    "sio_sessions_failed": Metric(_LOCUST_SESSION, "sessions that failed: a connect or "
+                                  "joinRoom refused, or the server closing one under its user"),
+    "sio_sessions_completed": Metric(_LOCUST_SESSION, "sessions open until their user stopped"),
+    "sio_session_p50_ms": Metric(_LOCUST_SESSION, "median session length, ms"),
+    "sio_session_p95_ms": Metric(_LOCUST_SESSION, "95th percentile session length, ms"),
     # app -> Redis
     "tw_redis_peak": Metric(f"{_SAMPLER} tw_redis", "most TIME_WAIT sockets"),
     "tw_redis_client_peak": Metric(f"{_SAMPLER} tw_redis_client", _CLIENT_SIDE),
@@ -186,13 +195,33 @@ def locust_totals(stage_dir: Path) -> dict:
     """
     path = stage_dir / results.LOCUST_JSON
     if not path.exists():
-        return {**_csv_totals(stage_dir / results.LOCUST_STATS), **_group_totals([], "sio_")}
+        return {**_csv_totals(stage_dir / results.LOCUST_STATS), **_group_totals([], "sio_"),
+                **sessions(stage_dir)}
     entries = results.read_json(path)
     http = [e for e in entries if e["method"] != SOCKETIO_TYPE]
     if not http:
         raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
     return {**_group_totals(http, ""),
-            **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_")}
+            **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_"),
+            **sessions(stage_dir)}
+
+
+def sessions(stage_dir: Path) -> dict:
+    """The Socket.IO sessions' counts and lengths, every Locust process's file added up
+    (chat.py's Sessions); None for a stage without them."""
+    found = [results.read_json(p) for p in sorted(stage_dir.glob(results.SESSIONS_GLOB))]
+    if not found:
+        return dict.fromkeys(("sio_sessions", "sio_sessions_failed", "sio_sessions_completed",
+                              "sio_session_p50_ms", "sio_session_p95_ms"))
+    lengths = sorted(ms * 1000 for f in found for ms in f["lengths"])
+
+    def nearest(q):
+        return round(lengths[max(0, math.ceil(q * len(lengths)) - 1)]) if lengths else None
+
+    return {"sio_sessions": sum(f["created"] for f in found),
+            "sio_sessions_failed": sum(f["failed"] for f in found),
+            "sio_sessions_completed": sum(f["completed"] for f in found),
+            "sio_session_p50_ms": nearest(0.5), "sio_session_p95_ms": nearest(0.95)}
 
 
 def group_rps(entries: list[dict]) -> float | None:
@@ -350,6 +379,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     count = results.read_json(stage_dir / results.COUNT_JSON) \
         if (stage_dir / results.COUNT_JSON).exists() else {}
     m["post_502s"] = count.get("post_502")
+    m.update({f"server_p{q}_ms": count.get(f"server_p{q}_ms") for q in (50, 95, 99)})
     m["upstream_resent"] = count.get("resent") if stage.front else None
     m["upstream_reused_share"] = reused_share(count)
 
@@ -407,67 +437,6 @@ def locust_columns(columns) -> list[str]:
 def _busiest(values) -> float | None:
     values = [v for v in values if v is not None]
     return max(values) if values else None
-
-
-def count_answered(log: Path, offset: int = 0) -> dict:
-    """Responses in an access log from byte `offset` on: all, answered (2xx/3xx), POSTs
-    answered 502, and those Nginx sent to the app twice (its upstream times a pair).
-    Socket.IO's own HTTP requests (handshakes, upgrades) are left out: Locust's
-    headline counts HTTP requests of the chat API."""
-    answered = responses = post_502 = resent = 0
-    with open(log, "rb") as f:
-        f.seek(offset)
-        for raw in f:
-            line = ANSI_COLOUR.sub("", raw.decode("utf-8", "replace"))
-            match = REQUEST_LINE.search(line)
-            if not match or match["path"].startswith("/socket.io/"):
-                continue
-            responses += 1
-            answered += match["status"][0] in "23"
-            post_502 += match["method"] == "POST" and match["status"] == "502"
-            resent += "," in line[match.end():]
-    return {"responses": responses, "answered": answered, "post_502": post_502,
-            "resent": resent}
-
-
-def app_log_sizes(stage: Stage, stage_dir: Path) -> dict[str, int]:
-    """Where each app host's access log ends, in a stage with a front ({} otherwise)."""
-    if not stage.front:
-        return {}
-    return {role: log_size(stage_dir / results.app_access_log(role))
-            for role in stage.app_roles}
-
-
-def app_counts(stage_dir: Path, since: dict[str, int]) -> dict:
-    """`{"app_hosts": {role: answered}, "app_responses": n, "socketio_400": n}`: what each
-    app host's access log gained since `since` (app_log_sizes), all their responses, and
-    the Socket.IO requests they answered 400 (an Engine.IO session the host does not
-    hold), for count.json; {} without a front."""
-    if not since:
-        return {}
-    logs = {role: (stage_dir / results.app_access_log(role), offset)
-            for role, offset in since.items()}
-    counts = {role: count_answered(*log) for role, log in logs.items()}
-    return {"app_hosts": {role: c["answered"] for role, c in counts.items()},
-            "app_responses": sum(c["responses"] for c in counts.values()),
-            "socketio_400": sum(count_socketio_400(*log) for log in logs.values())}
-
-
-def count_socketio_400(log: Path, offset: int = 0) -> int:
-    """Socket.IO requests answered 400 in an access log from byte `offset` on."""
-    found = 0
-    with open(log, "rb") as f:
-        f.seek(offset)
-        for raw in f:
-            match = REQUEST_LINE.search(raw.decode("utf-8", "replace"))
-            found += bool(match and match["path"].startswith("/socket.io/")
-                          and match["status"] == "400")
-    return found
-
-
-def log_size(path: Path) -> int:
-    """Where a log ends now: the start of what a measured run adds to it."""
-    return path.stat().st_size if path.exists() else 0
 
 
 def independent_rps(stage_dir: Path, m: dict) -> dict:

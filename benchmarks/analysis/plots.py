@@ -9,7 +9,7 @@
 
 `report.md` (benchmarks/analysis/report.py) and the notebook (notebooks/lab-analysis.ipynb)
 both draw with these functions and print the same how-to-read sentence, kept
-once in `HOW_TO_READ`. Figures are built without pyplot (no global state, no
+once in `HOW_TO_READ` (captions.py). Figures are built without pyplot (no global state, no
 display needed) and written with the Agg canvas; in a notebook, `%matplotlib
 inline` shows a returned Figure.
 
@@ -33,7 +33,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 from PIL import Image
 
-from benchmarks.analysis import metrics
+from benchmarks.analysis import intervals, metrics, repeats
+from benchmarks.analysis.captions import HOW_TO_READ, TITLES  # noqa: F401 - plots.TITLES
 from benchmarks.analysis.frames import (
     COMPONENTS,
     StageRun,
@@ -45,47 +46,6 @@ from benchmarks.analysis.frames import (
 )
 from benchmarks.analysis.metrics import TIME_WAIT_SECONDS
 from benchmarks.run.results import run_info
-
-# One sentence per plot on how to read it; report.md and the notebook print these.
-HOW_TO_READ = {
-    "throughput_latency": (
-        "Taller green bars are more answered requests per second (red on top: requests "
-        "that failed, which Locust counts in its RPS too; a red bar too tall for the axis "
-        "is cut, marked ▲ with its full height); lower latency bars are better, "
-        "on a log scale, a p99 far above the p95 is a tail of slow requests, and where a "
-        "red box says many requests failed, their fast 502s make the latency look good."),
-    "time_wait": (
-        "Each panel is one stage: a line that climbs is a connection class opening and "
-        "closing a connection per request (each socket stays in TIME_WAIT for 60 s, so "
-        "lines start with what the warm-up left), a flat line near 0 is connections being "
-        "reused, a line that flattens at the dashed port limit has used up every "
-        "local port, and a wide pale line under a thin one is two classes with the same "
-        "counts (stages 0 and 1: a Redis connection per request)."),
-    "time_wait_vs_throughput": (
-        "Each dot is one connection class in one stage (its key beside it, joined by a "
-        "thin line when the dots crowd): dots on the dashed line leave one TIME_WAIT "
-        "socket per request (the cost of churn grows with throughput), dots at the bottom "
-        "reuse their connections whatever the throughput."),
-    "cpu": (
-        "Each bar stacks the mean CPU of every component over the measured window (100% = "
-        "one core, the dotted line is all cores); when Locust's hatched share, or its peak "
-        "written above the bar, passes 90% of a core, the client, not the server, sets the "
-        "numbers."),
-    "failures": (
-        "In each Nginx stage the purple line counts Nginx's upstream TIME_WAIT sockets "
-        "(each holds a local port), the red bars failed and the short green lines answered "
-        "requests per second (a bar taller than its axis is cut and marked ▲ with its "
-        "height): when the purple line reaches the dashed port limit, Nginx cannot "
-        "connect, the 502s start and the answered requests drop."),
-}
-
-TITLES = {
-    "throughput_latency": "Throughput and tail latency per stage",
-    "time_wait": "TIME_WAIT over time, per connection class",
-    "time_wait_vs_throughput": "TIME_WAIT against throughput: the cost of churn",
-    "cpu": "CPU per component",
-    "failures": "Failures and upstream TIME_WAIT in the Nginx stages",
-}
 
 # The sampler's connection classes and components, in the order they are drawn.
 CLASSES = ("redis", "upstream", "front")
@@ -133,6 +93,7 @@ def _empty(name: str, why: str, out) -> Figure:
 def _plain_numbers(axis) -> None:
     """Tick labels as 1,000 rather than 10^3 (log and symlog axes)."""
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))  # no 2x10^1 between them
 
 
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
@@ -229,6 +190,7 @@ def throughput_latency(run_dir, out=None) -> Figure:
     fig = _figure(max(8.5, 1.15 * len(m) + 2.5), 7.5)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.1, 1])
     _throughput_panel(top, m, x)
+    _intervals(top, m, x, repeats.by_stage(run_dir))
     _latency_panel(bottom, m, x)
     bottom.set_xticks(x, [sr.tick for sr in runs], fontsize=9)
     fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
@@ -260,6 +222,26 @@ def _throughput_panel(top, m: pd.DataFrame, x) -> None:
     top.grid(axis="y", alpha=0.3)
 
 
+def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
+    """With --repeats: each stage's mean RPS and its 95% interval over the bar (the bar is
+    the first repeat's), and a step whose intervals overlap marked `n.s.`."""
+    ivs = [over.get(key, {}).get("rps") for key in m["key"]]
+    if not any(iv and iv["low"] is not None for iv in ivs):
+        return
+    for i, iv in enumerate(ivs):
+        if iv and iv["low"] is not None:
+            whiskers = [[iv["mean"] - iv["low"]], [iv["high"] - iv["mean"]]]
+            top.errorbar(i + 0.3, iv["mean"], yerr=whiskers, fmt="o", color="black", ms=4,
+                         capsize=5, zorder=6, label="mean, 95% interval" if i == 0 else None)
+    for i, (a, b) in enumerate(zip(ivs, ivs[1:], strict=False)):
+        if a and b and intervals.significant(a, b) is False:
+            top.annotate("n.s.", (i + 0.5, max(a["high"], b["high"])), xytext=(0, 4),
+                         textcoords="offset points", ha="center", fontsize=8, color="#555555")
+    top.set_ylim(0, max(top.get_ylim()[1], max(iv["high"] for iv in ivs if iv
+                                               and iv["high"] is not None) * 1.1))
+    top.legend(loc="upper left", fontsize=9, frameon=False)
+
+
 def _latency_panel(bottom, m: pd.DataFrame, x) -> None:
     """p95 and p99 per stage on a log scale, with the share of failed requests."""
     width = 0.38
@@ -280,9 +262,13 @@ def _latency_panel(bottom, m: pd.DataFrame, x) -> None:
                             color=FAIL_COLOR, zorder=5,
                             bbox={"boxstyle": "round,pad=0.25", "fc": "white",
                                   "ec": FAIL_COLOR, "lw": 0.6})
+    if "server_p95_ms" in m and m["server_p95_ms"].notna().any():  # runs before it lack it
+        bottom.scatter(x - width / 2, m["server_p95_ms"], marker="_", s=500, linewidths=2.5,
+                       color="black", zorder=4, label="p95, the server's log")
     bottom.set_yscale("log")
     bottom.set_ylabel("latency, ms (log scale)")
-    low = max(1.0, float(m[["p95_ms", "p99_ms"]].min().min()) / 2)
+    shown = [c for c in ("p95_ms", "p99_ms", "server_p95_ms") if c in m]
+    low = max(1.0, float(m[shown].min().min()) / 2)
     high = float(m[["p95_ms", "p99_ms"]].max().max()) * 3
     bottom.set_ylim(low, high)
     _plain_numbers(bottom.yaxis)

@@ -46,7 +46,7 @@ RUN_FILES = (results.RUN_JSON, results.SUMMARY_CSV, results.REPORT_MD)
 STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY,
                results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
                results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
-               results.COUNT_JSON, results.DELIVERY_JSON)
+               results.COUNT_JSON, results.DELIVERY_JSON, results.SESSIONS_JSON)
 SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
 
 

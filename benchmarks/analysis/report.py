@@ -16,7 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from benchmarks.analysis import metrics
+from benchmarks.analysis import metrics, repeats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results
 
@@ -47,9 +47,11 @@ def _cell(value) -> str:
 
 def rows(run_dir: Path) -> list[dict]:
     out = []
+    over = repeats.by_stage(run_dir)
     for r in stage_results(run_dir):
         row = {"stage": r["stage"].dirname}
         row.update({c: r["metrics"].get(c) for c in SUMMARY_COLUMNS[1:]})
+        row.update(repeats.columns(over[r["stage"].key]))
         passed = sum(c["passed"] for c in r["checks"])
         row["checks"] = f"{passed}/{len(r['checks'])}"
         out.append(row)
@@ -66,6 +68,43 @@ def summary_table(run_dir: Path) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), sep, *(line(b) for b in body)])
+
+
+def repeats_section(run_dir: Path) -> str:
+    """With --repeats: each stage's mean and 95% interval, whether each step between
+    consecutive stages is larger than the box's noise, and every check that failed in a
+    repeat. Empty for a run of one repeat."""
+    over = repeats.by_stage(run_dir)
+    if not over or max(e["repeats"] for e in over.values()) < 2:
+        return ""
+
+    def shown(iv: dict) -> str:
+        if iv["mean"] is None:
+            return "-"
+        if iv["low"] is None:
+            return f"{iv['mean']:.1f}"
+        return f"{iv['mean']:.1f} [{iv['low']:.1f}, {iv['high']:.1f}]"
+
+    lines = ["## Repeats", "",
+             "Each stage ran once per repeat, the stages interleaved (0,1,2,0,1,2...) so "
+             "that a drift of the machine hits them alike. Mean [95% interval] over the "
+             "repeats (Student's t: with 3 repeats the interval is wide). A step between "
+             "two stages whose RPS intervals overlap is *not significant on this box*.", "",
+             "| stage | passed every check | RPS | p95 ms |", "|---|---|---|---|"]
+    lines += [f"| {e['stage'].dirname} | {e['passed']}/{e['repeats']} | {shown(e['rps'])} "
+              f"| {shown(e['p95_ms'])} |" for e in over.values()]
+    lines += ["", "Steps, RPS:", ""] if len(over) > 1 else []
+    for a, b, apart in repeats.steps(over):
+        verdict = {True: "significant", False: "not significant on this box",
+                   None: "no interval"}[apart]
+        ratio = (f" ({b['rps']['mean'] / a['rps']['mean']:.2f}x)"
+                 if a["rps"]["mean"] and b["rps"]["mean"] is not None else "")
+        lines.append(f"- {a['stage'].key} -> {b['stage'].key}{ratio}: {verdict}")
+    failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
+    lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
+    lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
+              f"`{c['measured']}`" for repeat, stage, c in failed]
+    return "\n".join(lines) + "\n"
 
 
 def checks_section(run_dir: Path) -> str:
@@ -136,7 +175,8 @@ def write(run_dir: Path) -> None:
     run_dir = Path(run_dir)
     table = rows(run_dir)
     with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=(*SUMMARY_COLUMNS, *repeats.COLUMNS),
+                                extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
     info = results.run_info(run_dir)
@@ -169,6 +209,8 @@ def write(run_dir: Path) -> None:
         summary_table(run_dir),
         "",
     ]
+    if repeats_section(run_dir):
+        text += [repeats_section(run_dir), ""]
     missing = not_run_section(run_dir, info)
     if missing:
         text += [missing, ""]

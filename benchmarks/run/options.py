@@ -43,10 +43,14 @@ class RunOptions:
     app_cpus: str | None = None  # a CPU set per app host, `2-3/4-5` (default: the server's)
     screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
     client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
+    repeats: int = 1  # runs of every stage, interleaved (0,1,2,0,1,2...)
 
     def __post_init__(self):
         if not self.stages:
             raise OptionsError("no stage selected: give --stages all, or keys such as 0,2")
+        if self.repeats < 1:
+            raise OptionsError(f"--repeats must be at least 1 (got {self.repeats}): the "
+                               "number of times each stage runs")
         if self.users < 1:
             raise OptionsError(f"--users must be at least 1 (got {self.users})")
         if self.duration < 1:
@@ -94,7 +98,8 @@ class RunOptions:
                 "wait_max_s": self.wait_max, "socketio_users": self.socketio_users,
                 "sandbox": self.sandbox, "client_hosts": self.client_hosts,
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
-                "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict()}
+                "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
+                "repeats": self.repeats}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -154,4 +159,5 @@ def from_args(args) -> RunOptions:
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
         app_cpus=args.app_cpus,
-        screenshots=args.screenshots, client_hosts=args.client_hosts)
+        screenshots=args.screenshots, client_hosts=args.client_hosts,
+        repeats=getattr(args, "repeats", 1))

@@ -11,6 +11,8 @@
       20261122-081500/                   one run
         run.json                         parameters, commit, versions, kernel, cores, stages
         summary.csv  report.md  plots/   the whole run (benchmarks/analysis/report.py)
+        repeats/2/00-builtin/ ...        with --repeats N, repeat k's stage folders (k >= 2;
+                                         repeat 1's are the run's own, below)
         00-builtin/                      one folder per stage (Stage.dirname)
           locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
           locust.html                    Locust's own report of the measured run (--html)
@@ -20,7 +22,10 @@
           access.log  app.log            the app's access log (gunicorn); its output (`flask run`
                                          logs each request there)
           nginx/access.log               Nginx's access log (stages with a front)
-          count.json                     answered requests the server counted while Locust ran
+          sessions.json                  the Socket.IO users' sessions: created, completed,
+                                         failed, lengths (a Locust worker's: sessions.PID.json)
+          count.json                     answered requests the server counted while Locust ran,
+                                         and the percentiles of its own request times
           nginx/error.log                Nginx's error log (stages with a front)
           nginx/errors.json              counts of the errors the checks read from it
           metrics.json  checks.json      the numbers and the verdicts
@@ -72,6 +77,8 @@ APP_ACCESS_LOG = "access.log"
 DELIVERY_JSON = "delivery.json"  # benchmarks/run/delivery.py's probe, stages with two app hosts
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
+SESSIONS_JSON = "sessions.json"  # the Socket.IO sessions (benchmarks/chat.py, Sessions)
+SESSIONS_GLOB = "sessions*.json"  # ... and a Locust worker's, sessions.PID.json
 SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
 METRICS_JSON = "metrics.json"
 SOCKETS_JSON = "sockets.json"  # the Sockets tab's layout (benchmarks/sockets_tab/stats.py)
@@ -126,6 +133,23 @@ def new_run(base: Path = RESULTS, suffix: str | None = None) -> Path:
     return run_dir
 
 
+REPEATS = "repeats"
+
+
+def repeat_dir(run_dir: Path, repeat: int) -> Path:
+    """Where repeat `repeat` (1..N) of `lab run --repeats N` puts its stage folders: the
+    run folder itself for the first, so that every reader of one run reads it."""
+    return Path(run_dir) if repeat == 1 else Path(run_dir) / REPEATS / str(repeat)
+
+
+def repeat_dirs(run_dir: Path) -> list[Path]:
+    """The run folder, then each repeats/K folder it has, in order."""
+    more = Path(run_dir) / REPEATS
+    found = sorted((p for p in more.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
+        if more.is_dir() else []
+    return [Path(run_dir), *found]
+
+
 def stage_dir(run_dir: Path, stage: Stage) -> Path:
     return Path(run_dir) / stage.dirname
 
@@ -149,6 +173,13 @@ def count_log(stage: Stage) -> str:
     if stage.server[0] == "gunicorn":
         return APP_ACCESS_LOG
     return APP_LOG  # `flask run` (werkzeug) logs every request to its output
+
+
+def latency_log(stage: Stage) -> str:
+    """The log that times a stage's requests: the entry point's own times (Nginx's
+    `$request_time`; gunicorn's `%(L)s`; under `flask run`, which times nothing, the
+    app's own lines, app/access_log.py, in the same file gunicorn would use)."""
+    return NGINX_ACCESS_LOG if stage.front else APP_ACCESS_LOG
 
 
 def up_dir(base: Path, stage: Stage) -> Path:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import platform
 import secrets
 import shlex
 import signal
@@ -22,17 +21,15 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 
 import psutil
 
 from benchmarks import stages
-from benchmarks.analysis import metrics
+from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
-from benchmarks.run import cli, fitting, locust_cli, progress, results
+from benchmarks.run import cli, environment, fitting, locust_cli, progress, results
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
@@ -110,12 +107,16 @@ class Stack:
         # a cheap one, so their logins at the start of a run don't fill the latency tail
         # (the app's default, scrypt, costs tens of ms of CPU per login).
         # gunicorn reads GUNICORN_CMD_ARGS besides its command line, so the stage's command
-        # stays the one the docs show: an access log in the shape metrics.REQUEST_LINE reads
+        # stays the one the docs show: an access log in the shape access_logs.REQUEST_LINE reads
         # (the lab's independent count of answered requests).
-        access_log = shlex.join(["--access-logfile", str(self.dir / results.app_access_log(role)),
-                                 "--access-logformat", '"%(r)s" %(s)s'])
+        # The request time closes each line (%(L)s, seconds): the server's own latency.
+        # `flask run` logs no times, so under it the app writes the same lines itself.
+        log_path = str(self.dir / results.app_access_log(role))
+        access_log = shlex.join(["--access-logfile", log_path,
+                                 "--access-logformat", '"%(r)s" %(s)s %(L)s'])
+        timed = {} if self.stage.server[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
-        return procs.child_env(FLASK_REDIS_URL=redis,
+        return procs.child_env(FLASK_REDIS_URL=redis, **timed,
                          FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
                          FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
                          GUNICORN_CMD_ARGS=access_log, **self.stage.env)
@@ -252,6 +253,8 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
         cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
                 "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
+        if socketio_users(opts, user_classes):
+            cmd += ["--chat-sessions-file", str(csv_prefix.parent / results.SESSIONS_JSON)]
     return locust_cli.command(user_classes, [*cmd, *opts.locust_args])
 
 
@@ -339,7 +342,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
-    count_from = metrics.log_size(load.count_log) if load.count_log else None
+    count_from = access_logs.log_size(load.count_log) if load.count_log else None
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
     workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir, user_classes)
     sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
@@ -445,10 +448,11 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
                                  f"{v.get(PORT_RANGE)}"
                                  for role, v in sysctls.items() if role in stage.connecting_roles))
             shown.phase("measuring")
-            apps_from = metrics.app_log_sizes(stage, stage_dir)
+            apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
+            latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
             count_from = measure(load, stage_dir, users_file, opts, stage.users)
-            apps = metrics.app_counts(stage_dir, apps_from)
+            apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
             if stage.app_hosts > 1:
@@ -458,7 +462,9 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {
         "log": results.count_log(stage), "from_byte": count_from,
-        **metrics.count_answered(load.count_log, count_from), **apps})
+        **access_logs.count_answered(load.count_log, count_from), **apps,
+        "latency_log": results.latency_log(stage),
+        **access_logs.server_latency(stage_dir / results.latency_log(stage), latency_from)})
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     progress.say_outcome(result, checks, stage_dir)
@@ -533,53 +539,35 @@ def running_stage(stage: Stage, opts: RunOptions):
 
 def run_stages(opts: RunOptions, run_dir: Path,
                screenshot: Screenshot | None = None) -> tuple[list[dict], list[str]]:
-    """Every stage of `opts`, one after the other, into run_dir (run.json kept up to
-    date); (the results of those that ran, the keys of those that could not)."""
-    info = {**environment(), "parameters": opts.parameters(), "stages": {}}
+    """Every stage of `opts`, one after the other, `opts.repeats` times over (0,1,2,0,1,2:
+    a drift of the machine hits every stage alike), repeat k into results.repeat_dir
+    (run.json kept up to date, `repeats_done` after each); (the results of those that
+    ran, the keys of those that could not, each once)."""
+    info = {**environment.environment(), "parameters": opts.parameters(), "stages": {},
+            "repeats_done": 0}
     results.write_json(run_dir / results.RUN_JSON, info)
     done, failed = [], []
-    shown = progress.Progress(len(opts.stages), opts.warmup + opts.duration)
-    for i, stage in enumerate(opts.stages):
-        if opts.sandbox == "host" and i > 0:
-            sandbox.wait_for_time_wait_drain(limit=200, say=say)
-        try:
-            done.append(run_stage(stage, run_dir, opts, shown, screenshot))
-            info["stages"][stage.key] = {"dir": stage.dirname, "hosts": done[-1]["hosts"],
-                                         "sysctls": done[-1]["sysctls"]}
-        except cli.RUN_ERRORS as e:
-            say(f"  stage {stage.key} FAILED TO RUN: {e}")
-            failed.append(stage.key)
-            info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
+    shown = progress.Progress(len(opts.stages) * opts.repeats, opts.warmup + opts.duration)
+    for repeat in range(1, opts.repeats + 1):
+        if opts.repeats > 1:
+            say(f"lab: repeat {repeat} of {opts.repeats}")
+        into = results.repeat_dir(run_dir, repeat)
+        for i, stage in enumerate(opts.stages):
+            if opts.sandbox == "host" and (i > 0 or repeat > 1):
+                sandbox.wait_for_time_wait_drain(limit=200, say=say)
+            try:
+                done.append(run_stage(stage, into, opts, shown, screenshot if repeat == 1
+                                      else None))
+                if repeat == 1:
+                    info["stages"][stage.key] = {"dir": stage.dirname,
+                                                 "hosts": done[-1]["hosts"],
+                                                 "sysctls": done[-1]["sysctls"]}
+            except cli.RUN_ERRORS as e:
+                say(f"  stage {stage.key} FAILED TO RUN: {e}")
+                failed += [stage.key] if stage.key not in failed else []
+                if repeat == 1:
+                    info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
+            results.write_json(run_dir / results.RUN_JSON, info)
+        info["repeats_done"] = repeat
         results.write_json(run_dir / results.RUN_JSON, info)
     return done, failed
-
-
-def versions() -> dict:
-    pkgs = {}
-    for name in ("flask", "werkzeug", "redis", "gunicorn", "eventlet", "gevent",
-                 "flask-socketio", "python-socketio", "locust", "psutil"):
-        try:
-            pkgs[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pkgs[name] = None
-    try:
-        redis_v = subprocess.run([procs.require_binary("redis-server", procs.REDIS_HINT),
-                                  "--version"], capture_output=True, text=True).stdout.split()
-        redis_v = next((w.split("=", 1)[1] for w in redis_v if w.startswith("v=")), None)
-    except procs.ServiceError:
-        redis_v = None
-    return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
-
-
-def git_commit() -> str | None:
-    out = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty",
-                          "--abbrev=40"], capture_output=True, text=True)
-    return out.stdout.strip() or None
-
-
-def environment() -> dict:
-    """What run.json records about where the numbers were taken."""
-    return {"started": datetime.now().isoformat(timespec="seconds"),
-            "git_commit": git_commit(), "versions": versions(),
-            "kernel": platform.release(), "cores": os.cpu_count(),
-            "python": platform.python_version()}

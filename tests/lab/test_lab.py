@@ -21,7 +21,7 @@ from conftest import ctrl_c, need_browser, read_until
 
 from benchmarks import lab as lab_cli
 from benchmarks import stages
-from benchmarks.analysis import metrics
+from benchmarks.analysis import metrics, repeats
 from benchmarks.run import options, runner
 from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.sockets_tab import headless, stage_shot
@@ -121,7 +121,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     assert info["versions"]["packages"]["gunicorn"].startswith("25.")
     assert set(info["stages"]) == {s.key for s in stages.MAIN}
     header = (run_dir / "summary.csv").read_text().splitlines()[0].split(",")
-    assert tuple(header) == metrics.SUMMARY_COLUMNS
+    assert tuple(header) == (*metrics.SUMMARY_COLUMNS, *repeats.COLUMNS)
     assert (run_dir / "report.md").exists()
     for stage in stages.MAIN:
         d = run_dir / stage.dirname
@@ -317,6 +317,28 @@ def test_ctrl_c_during_a_run_removes_namespace_and_processes(tmp_path, presses):
 
 @pytest.mark.netns
 @pytest.mark.slow
+def test_ctrl_c_in_a_later_repeat_keeps_the_finished_ones_and_says_so(tmp_path):
+    results_dir = tmp_path / "results"
+    proc = start_lab("run", "--stages", "0", "--repeats", "3", "--duration", "3",
+                     "--warmup", "0", "--users", "5", "--no-screenshots",
+                     "--results", str(results_dir))
+    try:
+        seen = read_until(proc, "lab: repeat 2 of 3")
+        seen += read_until(proc, "measuring")
+        assert "measuring" in seen, seen
+    finally:
+        rest = ctrl_c(proc)
+    assert proc.returncode == 130, rest
+    run_dir = (results_dir / "latest").resolve()
+    assert (f"interrupted during repeat 2 of 3; the 1 finished repeat(s) stay in "
+            f"{run_dir}") in rest, rest
+    assert (run_dir / stages.get("0").dirname / "metrics.json").exists()
+    assert json.loads((run_dir / "run.json").read_text())["repeats_done"] == 1
+    assert leftovers(proc.pid) == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
 @pytest.mark.parametrize("stage, after", [("2", 0), ("2", 0.3), ("2", 0.8), ("6h", 1.5),
                                            ("6h", 4)])
 def test_ctrl_c_in_a_terminal_during_set_up_is_quiet(tmp_path, stage, after):
@@ -401,6 +423,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
 
 @pytest.mark.parametrize("args, says", [
     (["--users", "0"], "--users must be at least 1"),
+    (["--repeats", "0"], "--repeats must be at least 1 (got 0)"),
+    (["--repeats", "-2"], "--repeats must be at least 1 (got -2)"),
     (["--duration", "0"], "--duration must be at least 1 second"),
     (["--spawn-rate", "0"], "--spawn-rate must be above 0"),
     (["--stages", ""], "--stages is empty"),

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import gunicorn
 
+from benchmarks.analysis import metrics
+from benchmarks.run import results
 from benchmarks.stages import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -94,7 +96,9 @@ def assert_no_failures(rows: dict, why: str) -> None:
 
 def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, tmp_path):
     result, prefix = locust(eventlet_server, tmp_path,
-                            ["-u", "10", "-r", "10", "-t", "8s", "ChatUser", "SocketIOChatUser"],
+                            ["-u", "10", "-r", "10", "-t", "8s", "--chat-sessions-file",
+                             str(tmp_path / results.SESSIONS_JSON), "ChatUser",
+                             "SocketIOChatUser"],
                             env={"LOCUST_CHAT_USERS_FILE": str(users_file)})
     why = explain(result, prefix)
     assert result.returncode == 0, why
@@ -103,6 +107,12 @@ def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, t
     assert set(counts) == CHAT_REQUESTS and all(counts.values()), (counts, why)
     assert ("POST", "/auth/register") not in rows, "seeded users must log in, not register"
     assert_no_failures(rows, why)
+    # 10 users, weights 4:1: two Socket.IO users, one session each, open to the end (~8 s),
+    # counted as they stop, apart from Locust's request stats
+    totals = metrics.sessions(tmp_path)
+    assert (totals["sio_sessions"], totals["sio_sessions_completed"]) == (2, 2), totals
+    assert 4000 < totals["sio_session_p50_ms"] < 9000, totals
+    assert not any(kind == "SESSION" for kind, _ in rows)
 
 
 def test_key_value_user_alone_against_sync_workers(redis_url, tmp_path):

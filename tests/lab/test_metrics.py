@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import stages
-from benchmarks.analysis import metrics
+from benchmarks.analysis import access_logs, metrics
 from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
@@ -90,10 +90,41 @@ def test_count_answered_reads_all_three_access_log_shapes(tmp_path):
         'HTTP/1.1\x1b[0m" 201 -\n'
         " * Running on http://127.0.0.1:8000\n")
     start = len("warm-up and set-up, before the measured run\n")
-    assert metrics.count_answered(log, start) == {"responses": 7, "answered": 5,
+    assert access_logs.count_answered(log, start) == {"responses": 7, "answered": 5,
                                                   "post_502": 1, "resent": 1}
-    assert metrics.count_answered(log, log.stat().st_size) == {
+    assert access_logs.count_answered(log, log.stat().st_size) == {
         "responses": 0, "answered": 0, "post_502": 0, "resent": 0}
+
+
+def test_socketio_sessions_add_up_every_locust_processs_file(tmp_path):
+    assert metrics.sessions(tmp_path)["sio_sessions"] is None  # no Socket.IO users
+    results.write_json(tmp_path / results.SESSIONS_JSON,  # the master's (or the only one)
+                       {"created": 6, "completed": 5, "failed": 1,
+                        "lengths": [20.0, 20.0, 20.0, 20.0, 20.0, 0.15]})
+    results.write_json(tmp_path / "sessions.4242.json",  # a worker's
+                       {"created": 4, "completed": 3, "failed": 1,
+                        "lengths": [19.5, 19.5, 19.5, 0.2]})
+    assert metrics.sessions(tmp_path) == {
+        "sio_sessions": 10, "sio_sessions_failed": 2, "sio_sessions_completed": 8,
+        "sio_session_p50_ms": 19500, "sio_session_p95_ms": 20000}
+
+
+def test_server_latency_reads_the_time_that_closes_each_line(tmp_path):
+    """Nginx's $request_time (after its upstream times) and gunicorn's %(L)s; Socket.IO
+    requests and lines without a time (werkzeug's `-`) left out; nearest rank."""
+    log = tmp_path / "access.log"
+    log.write_text(
+        "before the measured run\n"
+        '"GET /users/me HTTP/1.1" 200 0.000 0.010 0.011\n'                 # Nginx: 11 ms
+        '"GET /users/me HTTP/1.1" 200 0.000, 0.000 0.047, 0.015 0.061\n'   # resent: 61 ms
+        '"GET /socket.io/?EIO=4&transport=websocket HTTP/1.1" 101 0.000 19.322 19.321\n'
+        '"POST /rooms/3/messages HTTP/1.1" 201 0.002500\n'                  # gunicorn: 2.5 ms
+        '127.0.0.1 - - [22/Nov/2026 08:00:10] "GET /users/friends HTTP/1.1" 200 -\n')
+    start = len("before the measured run\n")
+    assert access_logs.server_latency(log, start) == {
+        "server_p50_ms": 11.0, "server_p95_ms": 61.0, "server_p99_ms": 61.0}
+    assert access_logs.server_latency(log, log.stat().st_size) == dict.fromkeys(
+        ("server_p50_ms", "server_p95_ms", "server_p99_ms"))
 
 
 def entry(method, name, requests, failures, times, start=100.0, last=110.0):

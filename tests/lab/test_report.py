@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import stages
-from benchmarks.analysis import metrics, plots, reference, report
+from benchmarks.analysis import intervals, metrics, plots, reference, repeats, report
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results
 
@@ -79,8 +79,10 @@ def test_write_full_run(run_copy):
     report.write(run_copy)
 
     header, rows = read_summary(run_copy)
-    assert header == list(SUMMARY_COLUMNS)
+    assert header == [*SUMMARY_COLUMNS, *repeats.COLUMNS]
     assert [r["stage"] for r in rows] == stage_folders(run_copy)
+    assert {r["repeats"] for r in rows} == {"1"} and {r["rps_sd"] for r in rows} == {""}
+    assert "## Repeats" not in (run_copy / "report.md").read_text()  # one repeat: none
 
     text = (run_copy / "report.md").read_text()
     images = embedded_images(run_copy)
@@ -91,6 +93,44 @@ def test_write_full_run(run_copy):
     for sentence in plots.HOW_TO_READ.values():
         assert sentence in text
     assert report.summary_table(run_copy) in text
+
+
+def test_an_interval_is_students_t_over_the_repeats():
+    iv = intervals.interval([1.0, 2.0, None, 3.0])  # None: a repeat without the figure
+    assert (iv["n"], iv["mean"], iv["sd"]) == (3, 2.0, 1.0)
+    assert round(iv["high"] - iv["mean"], 3) == round(4.303 / 3 ** 0.5, 3)
+    assert intervals.interval([5.0])["low"] is None and intervals.t95(100) == 1.96
+    assert intervals.significant(iv, intervals.interval([10.0, 11.0, 12.0])) is True
+    assert intervals.significant(iv, intervals.interval([2.5, 3.0, 3.5])) is False
+
+
+def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
+    """Repeats 2 and 3 under repeats/K/: the summary's intervals, the report's verdict on
+    each step, and the check that failed in one repeat."""
+    keep_only(run_copy, {"0", "2", "3"})
+    rps = {"0": (300.0, 310.0, 290.0), "2": (305.0, 295.0, 300.0), "3": (600.0, 610.0, 590.0)}
+    for k in (1, 2, 3):
+        root = results.repeat_dir(run_copy, k)
+        for key, values in rps.items():
+            folder = results.stage_dir(root, stages.get(key))
+            if k > 1:
+                shutil.copytree(results.stage_dir(run_copy, stages.get(key)), folder)
+            m = results.read_json(folder / results.METRICS_JSON)
+            results.write_json(folder / results.METRICS_JSON, {**m, "rps": values[k - 1]})
+    failing = results.stage_dir(results.repeat_dir(run_copy, 3), stages.get("2"))
+    checks = results.read_json(failing / results.CHECKS_JSON)
+    results.write_json(failing / results.CHECKS_JSON, [{**checks[0], "passed": False},
+                                                       *checks[1:]])
+    report.write(run_copy)
+    _, rows = read_summary(run_copy)
+    first = rows[0]
+    assert (first["repeats"], first["rps_mean"], first["rps_sd"]) == ("3", "300.0", "10.0")
+    assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
+    assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
+    text = (run_copy / "report.md").read_text()
+    assert "- 0 -> 2 (1.00x): not significant on this box" in text
+    assert "- 2 -> 3 (2.00x): significant" in text
+    assert f"- repeat 3, stage 2: `{checks[0]['expected']}`" in text
 
 
 def test_write_some_stages_without_nginx(run_copy):

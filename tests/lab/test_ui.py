@@ -119,7 +119,7 @@ def locust(*args, timeout=60) -> subprocess.CompletedProcess:
 def test_headless_run_prints_a_sockets_line_per_interval(tmp_path):
     csv_path = write_stage_folder(tmp_path / "up" / "00-builtin", [ROW])
     done = locust("-f", f"{stages.KV_LOCUSTFILE},{locust_cli.SOCKETS_TAB}", "--headless",
-                  "-u", "0", "-t", "3s", "--host", "http://127.0.0.1:9",
+                  "-u", "0", "-t", "5s", "--host", "http://127.0.0.1:9",
                   "--sockets-csv", str(csv_path), "--sockets-every", "1")
     out = done.stdout + done.stderr
     lines = [ln for ln in out.splitlines() if ln.startswith("sockets 12s:")]

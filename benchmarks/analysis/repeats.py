@@ -1,0 +1,66 @@
+"""What `lab run --repeats N` measured: each stage's figures over its repeats.
+
+Repeat 1's stage folders are the run's own, repeat k's are under repeats/K/
+(benchmarks/run/results.py). For every stage: how many repeats measured it and
+passed all its checks, which checks failed in which repeat, and the mean with a
+95% interval (benchmarks/analysis/intervals.py) of its RPS and p95. The report,
+summary.csv and the throughput plot read this.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import stages
+from benchmarks.analysis import intervals
+from benchmarks.run import results
+
+FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
+# summary.csv's columns after metrics.SUMMARY_COLUMNS: how many repeats measured the
+# stage and passed all its checks; RPS and p95, each a mean, its standard deviation
+# and 95% interval (the interval empty with one repeat)
+COLUMNS = ("repeats", "repeats_passed", "rps_mean", "rps_sd", "rps_ci_low", "rps_ci_high",
+           "p95_mean", "p95_sd", "p95_ci_low", "p95_ci_high")
+
+
+def by_stage(run_dir: Path) -> dict[str, dict]:
+    """{stage key: {"stage", "repeats", "passed", "failed_checks": [(repeat, check)],
+    "rps": interval, "p95_ms": interval}}, in registry order."""
+    found: dict[str, dict] = {}
+    for repeat, root in enumerate(results.repeat_dirs(run_dir), start=1):
+        for stage, folder in results.measured_stages(root):
+            entry = found.setdefault(stage.key, {"stage": stage, "repeats": 0, "passed": 0,
+                                                 "failed_checks": [], "values": {}})
+            m = results.read_json(folder / results.METRICS_JSON)
+            checks = results.read_json(folder / results.CHECKS_JSON)
+            entry["repeats"] += 1
+            entry["passed"] += all(c["passed"] for c in checks)
+            entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]
+            for name in FIGURES:
+                entry["values"].setdefault(name, []).append(m.get(name))
+    for entry in found.values():
+        for name in FIGURES:
+            entry[name] = intervals.interval(entry["values"].get(name, []))
+    order = [s.key for s in stages.STAGES]
+    return dict(sorted(found.items(), key=lambda kv: order.index(kv[0])))
+
+
+def columns(entry: dict) -> dict:
+    """A stage's summary.csv columns of the repeats (COLUMNS)."""
+    row = {"repeats": entry["repeats"], "repeats_passed": entry["passed"]}
+    for name, short in (("rps", "rps"), ("p95_ms", "p95")):
+        iv = entry[name]
+        row.update({f"{short}_mean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
+                    f"{short}_ci_low": _round(iv["low"]), f"{short}_ci_high": _round(iv["high"])})
+    return row
+
+
+def steps(entries: dict) -> list[tuple[dict, dict, bool | None]]:
+    """(a stage, the next, whether their RPS intervals are apart) for consecutive stages."""
+    ordered = list(entries.values())
+    return [(a, b, intervals.significant(a["rps"], b["rps"]))
+            for a, b in zip(ordered, ordered[1:], strict=False)]
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
