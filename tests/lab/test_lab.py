@@ -132,6 +132,11 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
             assert (d / name).exists(), f"{stage.dirname}/{name} missing"
         checks = json.loads((d / "checks.json").read_text())
         assert {c["name"] for c in checks} == {c.metric for c in stage.checks}
+        m = json.loads((d / "metrics.json").read_text())
+        # the entry point timed its requests (under flask run, the app itself)
+        assert m["server_p50_ms"] > 0 and m["server_p95_ms"] >= m["server_p50_ms"], stage.key
+        if "SocketIOChatUser" in stage.users:  # every Socket.IO user opened a session
+            assert m["sio_sessions"] >= 10, (stage.key, m["sio_sessions"])
         for c in checks:
             assert set(c) >= {"name", "expected", "measured", "passed"}
 
