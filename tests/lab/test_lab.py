@@ -7,7 +7,6 @@ namespaces, then its checks are read back from the results folder. Needs root
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -134,7 +133,8 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         assert {c["name"] for c in checks} == {c.metric for c in stage.checks}
         m = json.loads((d / "metrics.json").read_text())
         # the entry point timed its requests (under flask run, the app itself)
-        assert m["server_p50_ms"] > 0 and m["server_p95_ms"] >= m["server_p50_ms"], stage.key
+        # (stage 4's p50 is 0: Nginx answers most of its requests, 502s, at once)
+        assert m["server_p95_ms"] > 0 and m["server_p95_ms"] >= m["server_p50_ms"], stage.key
         if "SocketIOChatUser" in stage.users:  # every Socket.IO user opened a session
             assert m["sio_sessions"] >= 10, (stage.key, m["sio_sessions"])
         for c in checks:
@@ -507,26 +507,6 @@ def test_clean_restores_sysctls_a_killed_host_mode_run_changed(tmp_path):
     assert changed != before and after == before
     assert restored == [f"net.ipv4.tcp_tw_reuse={before}"]
     assert not list((tmp_path / "state").iterdir())
-
-
-@pytest.mark.netns
-@pytest.mark.slow
-def test_book_runs_the_books_stages_and_writes_book_csv(tmp_path):
-    """`lab book`: stages 0, 1, 2, 3, 5 on /kv, ours beside the book's figures."""
-    result = lab("book", "--duration", "3", "--warmup", "1", "--results", str(tmp_path),
-                 timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    run_dir = next(tmp_path.glob("*-book"))
-    with open(run_dir / "book.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert [r["stage"] for r in rows] == [stages.get(k).dirname for k in ("0", "1", "2", "3", "5")]
-    assert all(float(r["rps"]) > 0 for r in rows), rows
-    assert [r["book_rps"] for r in rows] == ["413.78", "419.91", "683.52", "", ""]
-    info = json.loads((run_dir / "run.json").read_text())
-    assert info["parameters"]["users"] == 100 and info["parameters"]["wait_max_s"] == 0
-    assert info["parameters"]["cpus"]["overlap"] == ""  # the server on its own core
-    assert "x prev" in result.stdout and "683.52" in result.stdout
-    assert leftovers(result.pid) == []
 
 
 def shape(line: str) -> str:
