@@ -16,7 +16,7 @@ from benchmarks import stages
 @pytest.mark.slow
 def test_book_runs_the_books_stages_and_writes_book_csv(tmp_path):
     """`lab book`: stages 0, 1, 2, 3, 5 on /kv, ours beside the book's figures."""
-    result = lab("book", "--duration", "3", "--warmup", "1", "--results", str(tmp_path),
+    result = lab("book", "--duration", "2", "--warmup", "1", "--results", str(tmp_path),
                  timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     run_dir = next(tmp_path.glob("*-book"))
