@@ -77,9 +77,10 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
         report.write(run_dir)
         say("")
         say(report.summary_table(run_dir))
-        if report.repeats_section(run_dir):
+        over_repeats = report.repeats_section(run_dir)
+        if over_repeats:
             say("")
-            say(report.repeats_section(run_dir).rstrip())
+            say(over_repeats.rstrip())
         say(f"\nreport: {results.rel(run_dir / results.REPORT_MD)}")
     if failed:
         say(f"lab: stage(s) {', '.join(failed)} failed to run")

@@ -12,10 +12,10 @@ and werkzeug's own (`flask run`), plus the app's own timed lines under it
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
+from benchmarks.analysis import intervals
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
@@ -64,7 +64,7 @@ def server_latency(log: Path, offset: int = 0) -> dict:
                 if last and _seconds(last[0]) is not None:
                     times.append(_seconds(last[0]) * 1000)
     times.sort()
-    return {f"server_p{q}_ms": round(times[max(0, math.ceil(q / 100 * len(times)) - 1)], 1)
+    return {f"server_p{q}_ms": round(intervals.nearest_rank(times, q / 100), 1)
             if times else None for q in (50, 95, 99)}
 
 

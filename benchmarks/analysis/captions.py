@@ -2,7 +2,6 @@
 them beside the pictures that benchmarks/analysis/plots.py draws (which re-exports
 both, as `plots.TITLES` and `plots.HOW_TO_READ`)."""
 
-# One sentence per plot on how to read it; report.md and the notebook print these.
 HOW_TO_READ = {
     "throughput_latency": (
         "Taller green bars are more answered requests per second (red on top: requests "

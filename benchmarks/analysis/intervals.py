@@ -41,6 +41,14 @@ def interval(values) -> dict:
     return {"n": len(xs), "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
 
 
+def nearest_rank(ordered: list[float], fraction: float) -> float | None:
+    """The `fraction` percentile of sorted values, nearest rank (a value that occurred);
+    None without values."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
 def significant(a: dict, b: dict) -> bool | None:
     """True when the two intervals do not overlap; None when either has none."""
     if None in (a["low"], a["high"], b["low"], b["high"]):

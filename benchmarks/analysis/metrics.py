@@ -11,10 +11,10 @@ with its source and meaning; a test keeps it and `compute` in step.
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.analysis import intervals
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.run import results
@@ -55,7 +55,7 @@ class Metric:
 
 _LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
-_LOCUST_SESSION = f"{results.SESSIONS_JSON} (benchmarks/chat.py's Sessions; a worker's beside it)"
+_LOCUST_SESSION = f"{results.SESSIONS_JSON} (benchmarks/chat.py's SESSIONS; a worker's beside it)"
 _SAMPLER = results.SAMPLER_CSV
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
@@ -208,15 +208,15 @@ def locust_totals(stage_dir: Path) -> dict:
 
 def sessions(stage_dir: Path) -> dict:
     """The Socket.IO sessions' counts and lengths, every Locust process's file added up
-    (chat.py's Sessions); None for a stage without them."""
+    (chat.py's SESSIONS); None for a stage without them."""
     found = [results.read_json(p) for p in sorted(stage_dir.glob(results.SESSIONS_GLOB))]
     if not found:
         return dict.fromkeys(("sio_sessions", "sio_sessions_failed", "sio_sessions_completed",
                               "sio_session_p50_ms", "sio_session_p95_ms"))
-    lengths = sorted(ms * 1000 for f in found for ms in f["lengths"])
+    lengths = sorted(seconds * 1000 for f in found for seconds in f["lengths"])
 
     def nearest(q):
-        return round(lengths[max(0, math.ceil(q * len(lengths)) - 1)]) if lengths else None
+        return round(intervals.nearest_rank(lengths, q)) if lengths else None
 
     return {"sio_sessions": sum(f["created"] for f in found),
             "sio_sessions_failed": sum(f["failed"] for f in found),

@@ -209,8 +209,9 @@ def write(run_dir: Path) -> None:
         summary_table(run_dir),
         "",
     ]
-    if repeats_section(run_dir):
-        text += [repeats_section(run_dir), ""]
+    over_repeats = repeats_section(run_dir)
+    if over_repeats:
+        text += [over_repeats, ""]
     missing = not_run_section(run_dir, info)
     if missing:
         text += [missing, ""]
