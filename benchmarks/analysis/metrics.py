@@ -29,11 +29,14 @@ NOT_ENOUGH = "worker_connections are not enough"
 UPSTREAM_CLOSED = ("upstream prematurely closed connection",
                    "(104: Connection reset by peer) while reading response header from upstream")
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
+# % of the server's CPU set that other processes used: past it, the report flags the stage
+FOREIGN_CPU_LIMIT = 10.0
 SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_ms",
                    "server_p50_ms", "server_p95_ms", "server_p99_ms", "failures",
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
-                   "client_cpu_p95", "sio_rps", "sio_p95_ms", "sio_sessions",
-                   "sio_sessions_failed", "sio_session_p50_ms", "sio_session_p95_ms")
+                   "client_cpu_p95", "foreign_cpu_pct", "foreign_cpu_p95", "sio_rps",
+                   "sio_p95_ms", "sio_sessions", "sio_sessions_failed", "sio_session_p50_ms",
+                   "sio_session_p95_ms")
 # Locust imports its locustfile and spawns its users in the first seconds of the
 # sampler's series: its CPU then says nothing about the load it generates.
 CLIENT_START_S = 2.0
@@ -126,6 +129,15 @@ CATALOGUE: dict[str, Metric] = {
                              f"{CLIENT_START_S:g} s: past {CLIENT_CPU_LIMIT:g}% the numbers "
                              "measure the client"),
     "app_cpu_peak": Metric(f"{_SAMPLER} cpu_app", "the app server's highest CPU, % of one core"),
+    # what else ran (benchmarks/capture/cpu_sets.py): CPU the set's CPUs spent on processes
+    # that are not the stage's, % of the set
+    "foreign_cpu_pct": Metric(f"{_SAMPLER} foreign_cpu_server",
+                              "mean share of the server's CPU set used by other processes "
+                              f"(a neighbour); past {FOREIGN_CPU_LIMIT:g}% the report flags it"),
+    "foreign_cpu_p95": Metric(f"{_SAMPLER} foreign_cpu_server",
+                              "95th percentile of that share over the samples"),
+    "client_foreign_cpu_pct": Metric(f"{_SAMPLER} foreign_cpu_client",
+                                     "mean share of Locust's CPU set used by other processes"),
     # the kernel's own counters, each host's, while the load ran (None: a run without hosts)
     "tw_overflow": Metric(f"{_SAMPLER} tw_overflow_HOST",
                           "TIME_WAIT sockets the kernel did not keep (TCPTimeWaitOverflow: "
@@ -357,6 +369,9 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["client_cpu_mean"] = _busiest(c["mean"] for c in clients.values())
     m["client_cpu_p95"] = _busiest(c["p95"] for c in clients.values())
     m["app_cpu_peak"] = round(peaks.get("cpu_app") or 0.0, 1)
+    m["foreign_cpu_pct"] = mean_cpu(samples, "foreign_cpu_server")
+    m["foreign_cpu_p95"] = cpu_percentile(samples, "foreign_cpu_server", 0.95)
+    m["client_foreign_cpu_pct"] = mean_cpu(samples, "foreign_cpu_client")
     m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
 
@@ -499,6 +514,16 @@ def evaluate(stage: Stage, metrics: dict) -> list[dict]:
              "passed": served and c.passes(metrics.get(c.metric)),
              "why": c.why if served else f"no request was answered; {c.why}"}
             for c in stage.checks]
+
+
+def neighbour_cost(metrics: dict) -> float | None:
+    """The RPS a stage whose server CPU set lost more than FOREIGN_CPU_LIMIT to others
+    would have had with all of it, if bound by that CPU (RPS x 100 / (100 - lost));
+    None when it lost less."""
+    lost, rps = metrics.get("foreign_cpu_pct"), metrics.get("rps")
+    if lost is None or rps is None or lost <= FOREIGN_CPU_LIMIT:
+        return None
+    return round(rps * 100 / max(1.0, 100 - lost), 1)
 
 
 def client_bound(metrics: dict) -> bool:

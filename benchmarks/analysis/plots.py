@@ -45,6 +45,7 @@ from benchmarks.analysis.frames import (
     stage_runs,
 )
 from benchmarks.analysis.metrics import TIME_WAIT_SECONDS
+from benchmarks.run import results
 from benchmarks.run.results import run_info
 
 # The sampler's connection classes and components, in the order they are drawn.
@@ -551,7 +552,9 @@ def _failures_panel(ax, sr: StageRun, df: pd.DataFrame, hist: pd.DataFrame, tw_t
         ax.annotate(f"{ports:,} local ports", (0.02, ports),
                     xycoords=("axes fraction", "data"), xytext=(0, 3),
                     textcoords="offset points", fontsize=8)
-    total_fail = int(hist["Total Failure Count"].max()) if len(hist) else 0
+    # the table's figure (metrics.json), not the per-second history's last row: Locust's
+    # history misses the last second
+    total_fail = results.read_json(sr.dir / results.METRICS_JSON).get("failures") or 0
     ax.set_title(f"{sr.label}: {total_fail:,} failed requests", fontsize=10)
     ax.set_ylim(0, tw_top * 1.15)
     right.set_ylim(0, fail_top * 1.12)

@@ -25,6 +25,7 @@ TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (s
                  ("p95_ms", "p95 ms"), ("p99_ms", "p99 ms"), ("failures", "failures"),
                  ("tw_redis_peak", "TW redis"), ("tw_upstream_peak", "TW upstream"),
                  ("tw_front_peak", "TW front"), ("client_cpu_p95", "client CPU p95 %"),
+                 ("foreign_cpu_pct", "others' CPU %"),
                  ("sio_rps", "WS acks/s"), ("sio_p95_ms", "ack p95 ms"),
                  ("checks", "checks"))
 
@@ -107,6 +108,34 @@ def repeats_section(run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def foreign_section(run_dir: Path, info: dict) -> str:
+    """What else ran: the pre-flight at rest, and each stage whose server CPU set lost more
+    than FOREIGN_CPU_LIMIT to other processes, with the throughput that cost."""
+    rest = info.get("at_rest")
+    lines = ["## What else ran", ""]
+    if rest:
+        busiest = ", ".join(f"`{p['name']}` {p['cpu_pct']:g}%" for p in rest["busiest"])
+        lines += [f"Before the first stage, {rest['seconds']:g} s at rest: the server's CPUs "
+                  f"were {rest['busy_pct']['server']:g}% busy, the client's "
+                  f"{rest['busy_pct']['client']:g}%. Busiest other processes: "
+                  f"{busiest or 'none'}.", ""]
+    lines += [f"Others' CPU % = the share of the server's CPU set that processes not the "
+              f"stage's used while it was measured (`foreign_cpu_pct`; p95 in summary.csv). "
+              f"Past {metrics.FOREIGN_CPU_LIMIT:g}% the stage's numbers are partly the "
+              "neighbour's:", ""]
+    flagged = [r for r in stage_results(run_dir) if metrics.neighbour_cost(r["metrics"])]
+    for r in flagged:
+        m = r["metrics"]
+        lines.append(f"- **{r['stage'].dirname}**: other processes used {m['foreign_cpu_pct']:g}% "
+                     f"of the server's CPUs (p95 {m['foreign_cpu_p95']:g}%). It answered "
+                     f"{m['rps']:g} req/s; with all of its CPUs a server bound by them would "
+                     f"answer about {metrics.neighbour_cost(m):g} (RPS x 100 / (100 - "
+                     f"{m['foreign_cpu_pct']:g})): do not compare it with the other stages.")
+    if not flagged:
+        lines.append("- no stage: every stage had its server CPUs to itself.")
+    return "\n".join(lines) + "\n"
+
+
 def checks_section(run_dir: Path) -> str:
     lines = []
     for r in stage_results(run_dir):
@@ -120,6 +149,9 @@ def checks_section(run_dir: Path) -> str:
             lines.append(f"- note: Locust's RPS and the server's own count differ by "
                          f"{r['metrics']['rps_gap']:.1%} (over {metrics.COUNT_GAP_LIMIT:.0%}): "
                          "one of them is not counting what it should")
+        if metrics.neighbour_cost(r["metrics"]):
+            lines.append(f"- note: other processes used {r['metrics']['foreign_cpu_pct']:g}% "
+                         "of the server's CPUs (see What else ran)")
         if metrics.client_bound(r["metrics"]):
             lines.append(f"- note: Locust's CPU (p95) passed {metrics.CLIENT_CPU_LIMIT:.0f}% of "
                          "its core; "
@@ -209,6 +241,7 @@ def write(run_dir: Path) -> None:
         summary_table(run_dir),
         "",
     ]
+    text += [foreign_section(run_dir, info), ""]
     over_repeats = repeats_section(run_dir)
     if over_repeats:
         text += [over_repeats, ""]

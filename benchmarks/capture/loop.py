@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from benchmarks.capture.cpu_sets import ForeignCpu
 from benchmarks.capture.kernel import (
     NETNS_DIR,
     TCP_ESTABLISHED,
@@ -34,13 +35,15 @@ class Sampler:
     (connecting host, listening host, port); each host's own socket table
     is counted, and a class counts only connections between its two hosts'
     addresses (found in their namespaces at the start). `procs`: name ->
-    PID or PIDs (each with all its descendants).
+    PID or PIDs (each with all its descendants). `cpu_sets`: name -> (CPUs, the
+    components that are the stage's there), for `foreign_cpu_NAME` (cpu_sets.py).
     """
 
     def __init__(self, classes: Mapping[str, int | tuple[str, str, int]],
                  procs: Mapping[str, int | Iterable[int]],
                  out_path: str | os.PathLike, interval: float = 1.0,
-                 backend: str = "netlink", hosts: Mapping[str, str] | None = None) -> None:
+                 backend: str = "netlink", hosts: Mapping[str, str] | None = None,
+                 cpu_sets: Mapping | None = None) -> None:
         if interval <= 0:
             raise ValueError("interval must be > 0")
         self.classes = dict(classes)
@@ -52,7 +55,8 @@ class Sampler:
         # itself and the children it has reaped (`ss`), not whatever else the
         # process that imported it runs
         self.components.append(Component("sampler", [os.getpid()], descendants=False))
-        self.columns = columns(self.classes, procs, self.hosts)
+        self.foreign = ForeignCpu(cpu_sets or {})
+        self.columns = columns(self.classes, procs, self.hosts) + self.foreign.columns()
         self.out_path = Path(out_path)
         self.interval = float(interval)
         self.backend = backend
@@ -108,6 +112,7 @@ class Sampler:
         """Start the clock and the CPU baselines (the first row comes one interval later)."""
         self._t0 = self._last = time.monotonic()
         self._procs(None)
+        self.foreign.sample({}, 1.0)  # its baseline
 
     def _procs(self, dt: float | None) -> list[tuple[float | None, float | None]]:
         stats = scan_processes()
@@ -142,11 +147,15 @@ class Sampler:
                 row += [tw_total, estab_total]
         for i in range(n):
             row += [tw_client[i] + tw_server[i], tw_client[i], tw_server[i], estab[i]]
-        for cpu, rss in self._procs(now - self._last):
+        own = {}
+        for component, (cpu, rss) in zip(self.components, self._procs(now - self._last),
+                                         strict=True):
+            own[component.name] = cpu
             row += ["" if cpu is None else f"{cpu:.1f}", "" if rss is None else f"{rss:.1f}"]
         if self.hosts:
             for table in self._tables:
                 row += table.kernel_counters()
+        row += [f"{v:.1f}" for v in self.foreign.sample(own, now - self._last)]
         self._last = now
         return row
 
@@ -195,12 +204,14 @@ def command(out: str | os.PathLike, classes: Mapping[str, int | tuple[str, str, 
             procs: Mapping[str, int | Iterable[int]], interval: float = 1.0,
             duration: float | None = None, netns: str | None = None,
             python: str = sys.executable, backend: str | None = None,
-            hosts: Mapping[str, str] | None = None) -> list[str]:
+            hosts: Mapping[str, str] | None = None,
+            cpu_sets: Mapping[str, tuple[str, Iterable[str]]] | None = None) -> list[str]:
     """The command line that runs the sampler; run it from the repo root.
 
     One namespace: `classes` name -> port, counted where it runs (in `netns`
     if given). Hosts: `hosts` name -> namespace and `classes` name ->
     (connecting host, listening host, port); run it in the root namespace.
+    `cpu_sets`: name -> (CPUs as taskset writes them, the components running there).
     """
     cmd = ["ip", "netns", "exec", netns] if netns else []
     cmd += [python, "-m", "benchmarks.capture.sampler", "--out", str(out),
@@ -220,6 +231,8 @@ def command(out: str | os.PathLike, classes: Mapping[str, int | tuple[str, str, 
     for name, pids in procs.items():
         for pid in [pids] if isinstance(pids, int) else pids:
             cmd += ["--proc", f"{name}={pid}"]
+    for name, (cpus, owners) in (cpu_sets or {}).items():
+        cmd += ["--cpu-set", f"{name}={cpus}:{','.join(owners)}"]
     return cmd
 
 

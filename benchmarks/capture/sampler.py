@@ -34,7 +34,8 @@ and go).
 
 USAGE: python -m benchmarks.capture.sampler --out FILE.csv [--interval S] [--duration S]
                 [--host NAME=NETNS ...] [--class NAME=PORT | NAME=FROM,TO:PORT ...]
-                [--proc NAME=PID ...] [--backend netlink|ss]
+                [--proc NAME=PID ...] [--cpu-set NAME=CPUS:COMPONENT,... ...]
+                [--backend netlink|ss]
        python -m benchmarks.capture.sampler --snapshot DIR
 
    eg,
@@ -75,6 +76,11 @@ COLUMNS (one row per sample):
                    ONE core (100 = one full core; 200 = two)
    rss_mb_NAME     resident memory of the tree, MiB (shared pages are counted
                    once per process, so forked workers overstate it)
+   foreign_cpu_SET (--cpu-set SET=CPUS:COMPONENTS) the CPU the set's CPUs spent on
+                   anything but those components (and the kernel's work for
+                   them), percent of the set (100 = all its CPUs busy with
+                   others): a neighbour, another lab, a VM's steal
+                   (benchmarks/capture/cpu_sets.py)
    cpu_* and rss_mb_* are empty while the component's PID is not running. The
    header is written once and every row is flushed: a kill loses at most one.
 
@@ -109,6 +115,7 @@ import select
 import signal
 import sys
 
+from benchmarks.capture.cpu_sets import parse_cpu_sets
 from benchmarks.capture.kernel import BACKENDS
 from benchmarks.capture.loop import Sampler
 from benchmarks.capture.snapshot import snapshot
@@ -162,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--proc", dest="procs", action="append", default=[], metavar="NAME=PID",
                    help="a component: PID and all its descendants (repeatable; a name "
                         "given twice sums the trees)")
+    p.add_argument("--cpu-set", dest="cpu_sets", action="append", default=[],
+                   metavar="NAME=CPUS:COMPONENT,...",
+                   help="a CPU set and the components that run on it: column "
+                        "foreign_cpu_NAME is the share of the set others used (repeatable)")
     p.add_argument("--backend", choices=sorted(BACKENDS), default="netlink",
                    help="how sockets are counted (netlink: cheapest, the default)")
     p.add_argument("--snapshot", metavar="DIR",
@@ -186,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                    else parse_classes(args.classes))
         procs = parse_procs(args.procs)
         sampler = Sampler(classes, procs, args.out, args.interval, backend=args.backend,
-                          hosts=hosts)
+                          hosts=hosts, cpu_sets=parse_cpu_sets(args.cpu_sets, procs))
     except (ValueError, OSError) as e:
         parser.error(str(e))
     for name, pids in procs.items():

@@ -1,5 +1,6 @@
 """What run.json records about where a run's numbers were taken: the packages' and
-servers' versions, the commit, the kernel, the cores, Python."""
+servers' versions, the commit, the kernel, the cores, Python, and what else ran on the
+lab's CPUs before it started (the pre-flight)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import subprocess
 from datetime import datetime
 from importlib import metadata
 
-from benchmarks.sandbox import nginx_conf, procs
+from benchmarks.capture import cpu_sets
+from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.stages import ROOT
 
 
@@ -42,3 +44,20 @@ def environment() -> dict:
             "git_commit": git_commit(), "versions": versions(),
             "kernel": platform.release(), "cores": os.cpu_count(),
             "python": platform.python_version()}
+
+
+PREFLIGHT_S = 2.0  # seconds the box is watched at rest before the first stage
+
+
+def at_rest(placement: hosts.Placement) -> tuple[dict, str]:
+    """The pre-flight: how busy the server's and the client's CPU sets were with the lab
+    idle, and the busiest other processes (run.json `at_rest`); and a line saying so."""
+    found = cpu_sets.at_rest(PREFLIGHT_S, {"server": placement.server,
+                                           "client": placement.client})
+    busy = found["busy_pct"]
+    names = ", ".join(f"{p['name'][:40]} (pid {p['pid']}) {p['cpu_pct']:g}%"
+                      for p in found["busiest"][:3]) or "none"
+    return found, (f"pre-flight, {found['seconds']:g} s at rest: the server's CPUs "
+                   f"({hosts.format_cpus(placement.server)}) {busy['server']:g}% busy, the "
+                   f"client's ({hosts.format_cpus(placement.client)}) {busy['client']:g}%; "
+                   f"busiest other processes: {names}")

@@ -96,6 +96,7 @@ class Stack:
     def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
         self.stage, self.box, self.dir = stage, box, stage_dir
         self.procs: dict[str, subprocess.Popen] = {}
+        self.roles: dict[str, str] = {}  # process name -> its host's role
         self.secret = secrets.token_hex(16)
 
     @property
@@ -124,7 +125,7 @@ class Stack:
     def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or procs.child_env(), cwd=ROOT)
-        self.procs[name] = proc
+        self.procs[name], self.roles[name] = proc, role
         try:
             procs.wait_for_port(self.box.port(role), host=self.box.address(role), proc=proc,
                                 timeout=30, netns=self.box.namespace(role))
@@ -395,13 +396,15 @@ def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
 
 def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path) -> Load:
     """What `measure` needs for a stage in its sandbox."""
+    # what runs where, for foreign_cpu_*: the servers, Locust on each client host, the sampler
+    placed = {**stack.roles, "sampler": "client",
+              **{results.locust_component(role): role for role in box.clients}}
+    sampler_args = {"classes": box.connection_classes(), "cpu_sets": box.cpu_sets(placed)}
     if box.network:
-        sampler_args = {"classes": box.connection_classes(),
-                        "hosts": {role: box.namespace(role) for role in box.roles}}
+        sampler_args["hosts"] = {role: box.namespace(role) for role in box.roles}
         snapshots = {f"{results.SNAPSHOTS}/{role}": ["ip", "netns", "exec", box.namespace(role)]
                      for role in box.roles}
     else:
-        sampler_args = {"classes": box.connection_classes()}
         snapshots = {".": []}
     workers = ({role: box.prefix(role) for role in box.clients}
                if len(box.clients) > 1 else {})
@@ -476,12 +479,13 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
 
 
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
-    """sockets.json: the classes (connecting host, listening host, port) and each host's
-    local port range, for benchmarks/sockets_tab/stats.py."""
+    """sockets.json: the classes (connecting host, listening host, port), each host's
+    local port range and the log that counts the requests (results.count_log), for
+    benchmarks/sockets_tab/stats.py."""
     classes = {name: (src, dst, box.port(side_hosts(dst)[0])) for name, (src, dst, _) in
                box.host_classes().items()}
     ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
-    return {"classes": classes, "port_ranges": ranges}
+    return {"classes": classes, "port_ranges": ranges, "count_log": results.count_log(stage)}
 
 
 _UP_LOCKS: list[int] = []  # the open lock files, held until this process exits
@@ -545,6 +549,8 @@ def run_stages(opts: RunOptions, run_dir: Path,
     ran, the keys of those that could not, each once)."""
     info = {**environment.environment(), "parameters": opts.parameters(), "stages": {},
             "repeats_done": 0}
+    info["at_rest"], line = environment.at_rest(opts.placement)
+    say(line)
     results.write_json(run_dir / results.RUN_JSON, info)
     done, failed = [], []
     shown = progress.Progress(len(opts.stages) * opts.repeats, opts.warmup + opts.duration)

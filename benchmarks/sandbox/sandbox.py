@@ -197,6 +197,21 @@ class Sandbox:
                        "cpus": hosts.format_cpus(self.placement.cpus([role])[role])}
                 for role in self.roles}
 
+    def cpu_sets(self, components: dict[str, str]) -> dict[str, tuple[str, list[str]]]:
+        """The sampler's --cpu-set: each CPU set the stage runs on, with the components
+        (name -> role) pinned there. Named `server` (where Redis runs), `client`, or an
+        app host's own set (--app-cpus) after it; roles sharing CPUs share the set."""
+        found: dict[str, list[str]] = {}
+        for name, role in components.items():
+            found.setdefault(hosts.format_cpus(self.placement.cpus([role])[role]), []).append(name)
+        out = {}
+        for cpus, names in found.items():
+            on = {components[n] for n in names}
+            label = ("server" if "redis" in on else
+                     next((r for r in stages.APP_ROLES if r in on), "client"))
+            out[label] = (cpus, names)
+        return out
+
     @property
     def entry_url(self) -> str:
         return self.url(self.entry_role)

@@ -64,16 +64,21 @@ class SocketsView:
         self.env, self.csv = environment, Path(sampler_csv)
         self.window = stats.RequestWindow()
         self.finished = finished
+        log = stats.read_layout(self.csv).get("count_log")
+        self.server = stats.ServerCount(self.csv.parent / log) if log else None
 
     def count_requests(self) -> None:
-        """Locust's request count once a second, from the start: the per-request figure
-        then covers every request of the last 60 s, whether anyone looks or not."""
+        """The server's request count (its count log; without one, Locust's own) once a
+        second, from the start: the per-request figure then covers every request of the
+        last 60 s, whoever sent them and whether anyone looks or not."""
         while True:
             runner = self.env.runner
             rows = stats.read_rows(self.csv, last=1)
-            self.window.add(runner.stats.total.num_requests if runner else 0,
-                            time_wait={k[3:]: v for k, v in (rows[-1] if rows else {}).items()
-                                       if k.startswith("tw_")})
+            total = (self.server.read() if self.server else
+                     runner.stats.total.num_requests if runner else 0)
+            self.window.add(total, time_wait={k[3:]: v for k, v in
+                                              (rows[-1] if rows else {}).items()
+                                              if k.startswith("tw_")})
             gevent.sleep(1)
 
     def stats(self) -> dict:

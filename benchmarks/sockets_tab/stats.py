@@ -9,14 +9,20 @@ Locust's request count this module derives, per connection class and per host:
   held_by                    which host holds the TIME_WAIT: the side that closed
                              first (tw_CLS_client is in the connecting host's table,
                              tw_CLS_server in the listening host's)
-  tw_per_request             TIME_WAIT of the class per request Locust sent in the
-                             last 60 s (TIME_WAIT lasts 60 s): ~1 when every request
-                             opens a connection, ~0 when connections are reused;
-                             the live twin of metrics.py's tw_CLS_per_request
+  tw_per_request             TIME_WAIT of the class per request of the last 60 s
+                             (TIME_WAIT lasts 60 s), as the server counted them in
+                             the stage's count log (sockets.json `count_log`, the
+                             entry point's access log: whatever sends the load,
+                             the Start button or `lab exec -- locust`): ~1 when
+                             every request opens a connection, ~0 when connections
+                             are reused; the live twin of metrics.py's
+                             tw_CLS_per_request
   ports_in_use, port_range   a connecting host's local ports held by its classes
                              (its TIME_WAIT plus ESTABLISHED) against the size of
                              its net.ipv4.ip_local_port_range: stage 4 runs out
   cpu                        each role's CPU, % of one core (client = Locust)
+  foreign_cpu                each CPU set's share used by processes not the stage's
+                             (the sampler's foreign_cpu_SET): a neighbour, live
 
 One place for these derivations: the web UI (benchmarks/sockets_tab/plugin.py), its
 JSON at /sockets/stats and the headless line all call `snapshot`.
@@ -29,7 +35,7 @@ from collections import deque
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.analysis import metrics
+from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import csvfile
 from benchmarks.run import results
 
@@ -83,6 +89,30 @@ class RequestWindow:
         return self.stale.get(cls, 0.0) * max(0.0, 1 - (now - self.started) / self.seconds)
 
 
+class ServerCount:
+    """The server's count of the chat API's requests in the stage's count log, from where
+    the log ended when first read: complete lines only, so a line being written is
+    counted once, when whole."""
+
+    def __init__(self, log: Path):
+        self.log = Path(log)
+        self.offset = access_logs.log_size(self.log)
+        self.total = 0
+
+    def read(self) -> int:
+        size = access_logs.log_size(self.log)
+        if size < self.offset:  # a new stage's log: count it from its start
+            self.offset = 0
+        if size > self.offset:
+            with open(self.log, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+            whole = data[:data.rfind(b"\n") + 1]
+            self.offset += len(whole)
+            self.total += access_logs.tally(whole.splitlines())["responses"]
+        return self.total
+
+
 def _int(row: dict, key: str) -> int | None:
     return int(row[key]) if key in row else None
 
@@ -95,7 +125,7 @@ def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int,
     (RequestWindow.left_over), kept out of the per-request figure.
     """
     if not row:
-        return {"elapsed_s": None, "classes": [], "hosts": [], "cpu": {}}
+        return {"elapsed_s": None, "classes": [], "hosts": [], "cpu": {}, "foreign_cpu": {}}
     classes, in_use = [], {}
     for name, (src, dst, port) in layout["classes"].items():
         tw, client, server = (_int(row, f"tw_{name}{s}") for s in ("", "_client", "_server"))
@@ -120,9 +150,11 @@ def snapshot(row: dict[str, float] | None, layout: dict, recent_requests: int,
             "ports_share": round(used / size, 3) if used is not None and size else None,
             "cpu": _cpu(row, host)})
     cpu = {role: _cpu(row, role) for role in layout.get("port_ranges", ROLE_COMPONENT)}
+    foreign = {k[len("foreign_cpu_"):]: round(v, 1) for k, v in row.items()
+               if k.startswith("foreign_cpu_")}
     return {"elapsed_s": row.get("elapsed_s"), "ts": row.get("ts"),
             "requests_last_60s": recent_requests, "classes": classes, "hosts": hosts,
-            "cpu": cpu}
+            "cpu": cpu, "foreign_cpu": foreign}
 
 
 def _cpu(row: dict, role: str) -> float | None:
@@ -145,6 +177,11 @@ def table_rows(snap: dict) -> list[dict]:
         rows.append({"name": f"host {h['host']}", "tw": h["time_wait"], "side": "",
                      "estab": h["established"], "twreq": "", "ports": ports,
                      "cpu": "-" if h["cpu"] is None else h["cpu"]})
+    for name, value in snap.get("foreign_cpu", {}).items():
+        if name == "client":  # a `lab exec -- locust` runs there, and is not the stage's
+            continue
+        rows.append({"name": f"others on the {name}'s CPUs (% of them)", "tw": "", "side": "",
+                     "estab": "", "twreq": "", "ports": "", "cpu": value})
     return rows
 
 
@@ -172,7 +209,9 @@ def line(snap: dict) -> str:
         if h["ports_share"] is not None and h["ports_in_use"]:
             parts.append(f"{h['host']} ports {h['ports_in_use']}/{h['port_range']}")
     cpu = " ".join(f"{role} {v:.0f}%" for role, v in snap["cpu"].items() if v is not None)
-    return f"sockets {snap['elapsed_s']:.0f}s: " + "; ".join(parts) + f"; CPU {cpu}"
+    others = snap.get("foreign_cpu", {}).get("server")
+    others = "" if others is None else f"; others on the server's CPUs {others:.0f}%"
+    return f"sockets {snap['elapsed_s']:.0f}s: " + "; ".join(parts) + f"; CPU {cpu}{others}"
 
 
 def series(rows: list[dict], layout: dict) -> dict:

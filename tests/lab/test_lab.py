@@ -135,6 +135,8 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         # the entry point timed its requests (under flask run, the app itself)
         # (stage 4's p50 is 0: Nginx answers most of its requests, 502s, at once)
         assert m["server_p95_ms"] > 0 and m["server_p95_ms"] >= m["server_p50_ms"], stage.key
+        # what else ran on the server's CPUs, as a share of them
+        assert 0 <= m["foreign_cpu_pct"] <= 100 and 0 <= m["foreign_cpu_p95"] <= 100, stage.key
         if "SocketIOChatUser" in stage.users:  # every Socket.IO user opened a session
             assert m["sio_sessions"] >= 10, (stage.key, m["sio_sessions"])
         for c in checks:

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.text import Text
 
 from benchmarks import stages
-from benchmarks.analysis import frames, plots
+from benchmarks.analysis import frames, plots, report
 from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
@@ -104,3 +104,16 @@ def test_legends_hide_no_data():
             box = ax.get_legend().get_window_extent(renderer)
             bars = [p for p in ax.patches if p.get_height() > 0]
             assert not any(box.overlaps(b.get_window_extent(renderer)) for b in bars), name
+
+
+def test_failures_titles_give_the_tables_figure():
+    """Each panel's total is the summary's (metrics.json), not the per-second history's,
+    which misses the last second."""
+    fig = plots.failures(REFERENCE)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    table = {r["stage"]: r["failures"] for r in report.rows(REFERENCE)}
+    assert titles
+    for title in titles:
+        key = title.split()[0]
+        dirname = stages.get(key).dirname
+        assert title.endswith(f": {table[dirname]:,} failed requests"), (title, table[dirname])
