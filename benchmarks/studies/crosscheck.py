@@ -24,8 +24,12 @@ every header line), in three forms:
 
 Between two runs it waits for the last one's TIME_WAIT to go (up to 60 s): in
 stages 0 and 1 every request leaves one toward Redis, and a tool that starts
-with another's 10,000 pays for them. Prints a table and writes `crosscheck.csv`
-in a `results/<stamp>-crosscheck` run.
+with another's 10,000 pays for them. Around each run it reads where the time
+went: the CPU of the stage's servers (their process trees) per request, and the
+tool's own CPU (% of one core). Prints a table, then per stage and form the
+Locust/wrk ratio as a mean with its 95% interval over the rounds, and writes
+`crosscheck.csv` (a row per round) and `crosscheck-ratios.csv` in a
+`results/<stamp>-crosscheck` run. `--forms wrk` runs only the like-for-like form.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -41,13 +46,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.analysis import metrics
+from benchmarks.analysis import intervals, metrics
+from benchmarks.capture import kernel, tables
 from benchmarks.run import cli, options, results, runner
 from benchmarks.run.cli import say
 from benchmarks.sandbox import procs, sandbox
 from benchmarks.studies import book
 
 CROSSCHECK_CSV = "crosscheck.csv"
+RATIOS_CSV = "crosscheck-ratios.csv"
 KEY = "bench"  # KeyValueUser.key
 PAUSE_MS = 1
 DRAINED = 1000  # TIME_WAIT left on the stage's hosts before the next tool (of 28,232 ports)
@@ -66,8 +73,46 @@ class Wrk:
 
 WRKS = (Wrk("wrk", "wrk", book.CLIENTS, 0), Wrk("wrk -t1", "wrk_t1", 1, 0),
         Wrk("wrk +1 ms", "wrk_paused", book.CLIENTS, PAUSE_MS))
-COLUMNS = ("stage", "round", "locust_rps", "locust_p50_ms",
-           *(f"{w.column}_{k}" for w in WRKS for k in ("rps", "p50_ms", "timeouts", "ratio")))
+# per tool: its req/s, p50; the servers' CPU per request (ms) and its own (% of one core)
+COLUMNS = ("stage", "round", "locust_rps", "locust_p50_ms", "locust_server_ms",
+           "locust_client_cpu",
+           *(f"{w.column}_{k}" for w in WRKS for k in ("rps", "p50_ms", "timeouts", "ratio",
+                                                        "server_ms", "client_cpu")))
+RATIO_COLUMNS = ("stage", "form", "rounds", "ratio_mean", "ratio_low", "ratio_high",
+                 "locust_server_ms", "wrk_server_ms", "locust_client_cpu", "wrk_client_cpu")
+
+
+class CpuMeter:
+    """Where one tool's run spent CPU: the stage's servers (their process trees, wherever
+    they run) and the tool itself (this process's waited-for children: `ip netns exec`
+    and `taskset` exec it, so its CPU is theirs)."""
+
+    def __init__(self, server_pids):
+        self.servers = tables.Component("servers", server_pids)
+
+    def __enter__(self):
+        self._read(None)
+        self.t0, self.kids0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.monotonic() - self.t0
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spent = (kids.ru_utime - self.kids0.ru_utime) + (kids.ru_stime - self.kids0.ru_stime)
+        self.client_cpu = round(spent / self.seconds * 100, 1)
+        self.server_cpu = self._read(self.seconds)
+
+    def _read(self, dt):
+        stats = kernel.scan_processes()
+        children: dict[int, list[int]] = {}
+        for pid, st in stats.items():
+            children.setdefault(st[0], []).append(pid)
+        return self.servers.update(stats, children, dt)[0]
+
+    def figures(self, rps: float) -> dict:
+        """server_ms: the servers' CPU ms per answered request; client_cpu: % of a core."""
+        per = round(self.server_cpu * 10 / rps, 3) if self.server_cpu and rps else None
+        return {"server_ms": per, "client_cpu": self.client_cpu}
 
 
 def request_headers() -> dict[str, str]:
@@ -132,23 +177,28 @@ def settle(box, pause: float) -> None:
 
 
 def crosscheck_stage(stage: stages.Stage, opts: options.RunOptions, run_dir: Path,
-                     rounds: int, seconds: int, pause: float, scripts: dict) -> list[dict]:
+                     rounds: int, seconds: int, pause: float, scripts: dict,
+                     forms: tuple[Wrk, ...] = WRKS) -> list[dict]:
     found = []
     with runner.running_stage(stage, opts) as (box, stack, _users):
-        client = box.prefix("client")
+        client, servers = box.prefix("client"), list(stack.pids().values())
         say(f"stage {stage.key} {stage.slug} is up: {stack.url} ({box.describe()})")
         for n in range(1, rounds + 1):
             out = run_dir / stage.dirname / f"round-{n}"
             out.mkdir(parents=True)
             say(f"  round {n}/{rounds}: Locust, {seconds} s")
-            loc = run_locust(client, stack.url, seconds, out)
+            with CpuMeter(servers) as cpu:
+                loc = run_locust(client, stack.url, seconds, out)
             row = {"stage": stage.key, "round": n, "locust_rps": loc["rps"],
-                   "locust_p50_ms": loc["p50_ms"]}
-            for wrk in WRKS:
+                   "locust_p50_ms": loc["p50_ms"],
+                   **{f"locust_{k}": v for k, v in cpu.figures(loc["rps"]).items()}}
+            for wrk in forms:
                 settle(box, pause)
                 say(f"  round {n}/{rounds}: {wrk.name}, {seconds} s")
-                got = run_wrk(client, stack.url, seconds, wrk, scripts[wrk.pause_ms],
-                              out / f"{wrk.column}.txt")
+                with CpuMeter(servers) as cpu:
+                    got = run_wrk(client, stack.url, seconds, wrk, scripts[wrk.pause_ms],
+                                  out / f"{wrk.column}.txt")
+                got.update(cpu.figures(got["rps"]))
                 row.update({f"{wrk.column}_{k}": v for k, v in got.items()})
                 row[f"{wrk.column}_ratio"] = round(loc["rps"] / got["rps"], 3)
             settle(box, pause)
@@ -162,18 +212,57 @@ def line(row: dict) -> str:
     parts = [f"stage {row['stage']:<3} Locust {row['locust_rps']:>7.1f} req/s "
              f"(p50 {row['locust_p50_ms']} ms)"]
     for w in WRKS:
+        if row.get(w.column + "_rps") is None:
+            continue
         parts.append(f"{w.name} {row[w.column + '_rps']:>7.1f} (p50 {row[w.column + '_p50_ms']}"
                      f" ms) Locust/wrk {row[w.column + '_ratio']:.2f}")
     return " | ".join(parts)
 
 
+def ratios(rows: list[dict]) -> list[dict]:
+    """Per stage and wrk form: Locust/wrk as a mean with its 95% interval over the rounds,
+    and the mean CPU figures of both tools (crosscheck-ratios.csv)."""
+    out = []
+    for key in dict.fromkeys(r["stage"] for r in rows):
+        mine = [r for r in rows if r["stage"] == key]
+        for w in WRKS:
+            if mine[0].get(f"{w.column}_ratio") is None:
+                continue
+            iv = intervals.interval(r[f"{w.column}_ratio"] for r in mine)
+            mean = {k: intervals.interval(r.get(k) for r in mine)["mean"] for k in (
+                "locust_server_ms", f"{w.column}_server_ms", "locust_client_cpu",
+                f"{w.column}_client_cpu")}
+            out.append({"stage": key, "form": w.name, "rounds": iv["n"],
+                        **{f"ratio_{k}": _round(iv[k]) for k in ("mean", "low", "high")},
+                        "locust_server_ms": _round(mean["locust_server_ms"]),
+                        "wrk_server_ms": _round(mean[f"{w.column}_server_ms"]),
+                        "locust_client_cpu": _round(mean["locust_client_cpu"], 1),
+                        "wrk_client_cpu": _round(mean[f"{w.column}_client_cpu"], 1)})
+    return out
+
+
+def ratio_line(r: dict) -> str:
+    shown = (f"{r['ratio_mean']:.2f} [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}]"
+             if r["ratio_low"] is not None else f"{r['ratio_mean']:.2f} (one round: no interval)")
+    return (f"stage {r['stage']:<3} Locust/{r['form']}: {shown} over {r['rounds']} rounds; "
+            f"servers' CPU {r['locust_server_ms']} ms/request under Locust, "
+            f"{r['wrk_server_ms']} under {r['form']}; client CPU {r['locust_client_cpu']}% / "
+            f"{r['wrk_client_cpu']}% of a core")
+
+
+def _round(value, digits: int = 3):
+    return None if value is None else round(value, digits)
+
+
 def write_csv(run_dir: Path, rows: list[dict]) -> Path:
-    path = run_dir / CROSSCHECK_CSV
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
+    """crosscheck.csv (a row per round) and crosscheck-ratios.csv (the intervals)."""
+    for name, columns, table in ((CROSSCHECK_CSV, COLUMNS, rows),
+                                 (RATIOS_CSV, RATIO_COLUMNS, ratios(rows))):
+        with open(run_dir / name, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(table)
+    return run_dir / CROSSCHECK_CSV
 
 
 def run(args) -> int:
@@ -181,6 +270,13 @@ def run(args) -> int:
     chosen = [stages.get(k) for k in keys]  # KeyError: cli.main says which
     if args.duration < 1 or args.rounds < 1:
         raise options.OptionsError("--duration and --rounds must be at least 1")
+    names = {w.column.replace("_", "-"): w for w in WRKS}
+    asked = [f.strip() for f in args.forms.split(",") if f.strip()]
+    unknown = [f for f in asked if f not in names]
+    if unknown or not asked:
+        raise options.OptionsError(f"--forms {args.forms!r}: choose among "
+                                   f"{', '.join(names)} (comma-separated)")
+    forms = tuple(names[f] for f in asked)
     procs.require_binary("wrk", WRK_HINT)
     opts = options.RunOptions(stages=tuple(chosen), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
@@ -196,12 +292,15 @@ def run(args) -> int:
             scripts[pause].write_text(wrk_script(pause))
         for stage in chosen:
             rows += crosscheck_stage(stage, opts, run_dir, args.rounds, args.duration,
-                                     args.pause, scripts)
+                                     args.pause, scripts, forms)
             write_csv(run_dir, rows)
     say("")
     for row in rows:
         say(line(row))
-    say(f"\n{results.rel(run_dir / CROSSCHECK_CSV)}")
+    say("")
+    for r in ratios(rows):
+        say(ratio_line(r))
+    say(f"\n{results.rel(run_dir / CROSSCHECK_CSV)}, {RATIOS_CSV} beside it")
     return 0
 
 
@@ -212,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stage keys, comma-separated (default: 1,3,5)")
     p.add_argument("--duration", type=int, default=20, help="seconds per tool and round")
     p.add_argument("--rounds", type=int, default=2, help="Locust then wrk, this many times")
+    p.add_argument("--forms", default=",".join(w.column.replace("_", "-") for w in WRKS),
+                   help="wrk's forms: wrk (-t100 -c100, like for like), wrk-t1 (-t1), "
+                        "wrk-paused (1 ms between requests); default all three")
     p.add_argument("--pause", type=float, default=5.0,
                    help="seconds between two tools' runs (default 5)")
     cli.add_sandbox_options(p)

@@ -100,7 +100,8 @@ def test_parse_wrk_reads_rate_median_and_timeouts():
 @pytest.mark.parametrize("args, says", [
     (["--stages", "9"], "9"),
     (["--duration", "0"], "at least 1"),
-], ids=["unknown-stage", "zero-duration"])
+    (["--forms", "ab"], "choose among wrk, wrk-t1, wrk-paused"),
+], ids=["unknown-stage", "zero-duration", "unknown-form"])
 def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
     code, out = run_module("benchmarks.studies.crosscheck", *args, "--results", str(tmp_path),
                            timeout=60)
@@ -113,22 +114,34 @@ def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
 @pytest.mark.slow
 def test_a_short_crosscheck_on_stage_3(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.studies.crosscheck", "--stages", "3",
-                             "--duration", "3", "--rounds", "1", "--pause", "0.5",
-                             "--results", str(tmp_path)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--duration", "3", "--rounds", "2", "--pause", "0.5",
+                             "--forms", "wrk,wrk-t1", "--results", str(tmp_path)], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = proc.communicate(timeout=240)[0]
     assert proc.returncode == 0, out
     assert not hosts.owned_namespaces(proc.pid) + runner.started_by(proc.pid)
     [run_dir] = tmp_path.glob("*-crosscheck")
     with open(run_dir / crosscheck.CROSSCHECK_CSV) as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 1 and rows[0]["stage"] == "3", rows
-    row = rows[0]
-    for name in ("locust_rps", *(f"{w.column}_rps" for w in crosscheck.WRKS)):
-        assert float(row[name]) > 50, (name, row)  # every tool had answers
-    assert float(row["wrk_ratio"]) == pytest.approx(
-        float(row["locust_rps"]) / float(row["wrk_rps"]), abs=0.01)
-    assert "Locust" in out and all(w.name in out for w in crosscheck.WRKS)
+    assert [r["stage"] for r in rows] == ["3", "3"], rows
+    for row in rows:
+        for name in ("locust_rps", "wrk_rps", "wrk_t1_rps"):
+            assert float(row[name]) > 50, (name, row)  # every tool asked had answers
+        assert row["wrk_paused_rps"] == "", row  # a form not asked for
+        assert float(row["wrk_ratio"]) == pytest.approx(
+            float(row["locust_rps"]) / float(row["wrk_rps"]), abs=0.01)
+        # where the time went: the servers' CPU per request, each tool's own CPU
+        for tool in ("locust", "wrk"):
+            assert 0.05 < float(row[f"{tool}_server_ms"]) < 50, row
+            assert 0 < float(row[f"{tool}_client_cpu"]) < 200, row
+    with open(run_dir / crosscheck.RATIOS_CSV) as f:
+        ratios = {r["form"]: r for r in csv.DictReader(f)}
+    assert set(ratios) == {"wrk", "wrk -t1"}, ratios
+    got = ratios["wrk"]
+    ratio = [float(r["wrk_ratio"]) for r in rows]
+    assert float(got["ratio_mean"]) == pytest.approx(sum(ratio) / 2, abs=0.002)
+    assert float(got["ratio_low"]) <= min(ratio) and float(got["ratio_high"]) >= max(ratio)
+    assert f"Locust/wrk: {float(got['ratio_mean']):.2f} [" in out
     assert "-t100 -c100" in (run_dir / "03-eventlet-keepalive" / "round-1" / "wrk.txt").read_text()
 
 
