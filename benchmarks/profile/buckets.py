@@ -26,10 +26,11 @@ BUCKETS = {
                      "per request, connecting (with its handshake) and disconnecting",
     "redis_commands": "Redis commands: the rest of redis-py (pack, send, read, parse)",
     "http_server": "HTTP parsing and the server's own loop: gunicorn, werkzeug's server "
-                   "and request parsing, eventlet/gevent, selectors",
+                   "and request parsing, eventlet's and gevent's hubs, selectors",
     "flask": "Flask routing and request hooks: flask, werkzeug's routing and context locals",
     "json": "JSON: encoding and decoding (json, Flask's provider)",
-    "token": "the token check: app/tokens.py and itsdangerous' signature",
+    "token": "the token check: app/tokens.py and what it calls (itsdangerous' signature; "
+             "its HGET is a Redis command)",
     "socketio": "Socket.IO: python-socketio, python-engineio (its middleware sees every "
                 "request), Flask-SocketIO, the app's events",
     "logging": "logging: the access log (gunicorn's, werkzeug's, the app's) and logging",
@@ -46,13 +47,20 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging", ("logging/*", "app/access_log.py:*", "gunicorn/glogging.py:*",
                  "werkzeug/serving.py:*.log*", "werkzeug/_internal.py:_log")),
     ("json", ("json/*", "*/json/*")),
-    ("token", ("app/tokens.py:*", "itsdangerous/*")),
+    # not itsdangerous itself: Flask's session cookie uses it too, on every request
+    ("token", ("app/tokens.py:*",)),
     ("socketio", ("socketio/*", "engineio/*", "flask_socketio/*", "simple_websocket/*",
-                  "wsproto/*", "app/realtime.py:*", "app/socket_guard.py:*")),
+                  "wsproto/*", "eventlet/websocket.py:*", "app/realtime.py:*",
+                  "app/socket_guard.py:*")),
     ("flask", ("flask/*", "werkzeug/routing/*", "werkzeug/local.py:*", "blinker/*",
                "app/__init__.py:*", "app/errors.py:*")),
     ("other", ("app/*", "werkzeug/security.py:*")),
-    ("http_server", ("gunicorn/*", "werkzeug/*", "eventlet/*", "gevent/*", "socketserver.py:*",
+    # eventlet's and gevent's hubs, green threads and servers, not their green sockets:
+    # a send or receive on one is its caller's (Redis's command, gunicorn's write)
+    ("http_server", ("gunicorn/*", "werkzeug/*", "eventlet/hubs/*", "eventlet/greenthread.py:*",
+                     "eventlet/greenpool.py:*", "eventlet/wsgi.py:*", "gevent/hub.py:*",
+                     "gevent/_hub*", "gevent/baseserver.py:*", "gevent/server.py:*",
+                     "gevent/pywsgi.py:*", "gevent/greenlet.py:*", "socketserver.py:*",
                      "http/server.py:*", "selectors.py:*", "wsgiref/*")),
 )
 
