@@ -287,6 +287,9 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
+    run.add_argument("--no-profile", dest="profile", action="store_false",
+                     help="skip py-spy on the app server while measured (profile.svg and "
+                          "profile.folded, and the CPU shares by bucket in the metrics)")
 
 
 def add_host_counts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:

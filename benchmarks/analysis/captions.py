@@ -36,6 +36,12 @@ HOW_TO_READ = {
         "requests per second (a bar taller than its axis is cut and marked ▲ with its "
         "height): when the purple line reaches the dashed port limit, Nginx cannot "
         "connect, the 502s start and the answered requests drop."),
+    "cpu_by_bucket": (
+        "Each bar is the app server's CPU per answered request (the sampler's), cut by "
+        "where py-spy found its workers (benchmarks/profile/buckets.py): a tall red base "
+        "is Redis connections opened and closed per request, which the pool (stage 2) "
+        "removes; a shorter bar is a cheaper request. The flame graph of each stage, "
+        "profile.svg in its folder, shows the same samples frame by frame."),
 }
 
 TITLES = {
@@ -44,4 +50,5 @@ TITLES = {
     "time_wait_vs_throughput": "TIME_WAIT against throughput: the cost of churn",
     "cpu": "CPU per component",
     "failures": "Failures and upstream TIME_WAIT in the Nginx stages",
+    "cpu_by_bucket": "CPU per request, by bucket, per stage",
 }

@@ -1,8 +1,8 @@
 """Turn one stage's captures into the numbers its checks and the summary use.
 
 Reads, from a stage folder of a results run: Locust's `locust_stats.csv`, the
-sampler's `sampler.csv`, `nginx/errors.json` (counted from Nginx's error log
-when the stage ends), `verify.json` and `sysctl.json`. Every metric is a
+sampler's `sampler.csv`, py-spy's `profile.folded`, `nginx/errors.json` (counted
+from Nginx's error log when the stage ends), `verify.json` and `sysctl.json`. Every metric is a
 plain number (or None when it does not apply to the stage), so `checks.json`
 and `summary.csv` can show where it came from. `CATALOGUE` names each one,
 with its source and meaning; a test keeps it and `compute` in step.
@@ -17,6 +17,7 @@ from pathlib import Path
 from benchmarks.analysis import intervals
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
+from benchmarks.profile import buckets
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
@@ -36,7 +37,7 @@ SUMMARY_COLUMNS = ("stage", "rps", "rps_independent", "p50_ms", "p95_ms", "p99_m
                    "tw_redis_peak", "tw_upstream_peak", "tw_front_peak", "client_cpu_mean",
                    "client_cpu_p95", "foreign_cpu_pct", "foreign_cpu_p95", "sio_rps",
                    "sio_p95_ms", "sio_sessions", "sio_sessions_failed", "sio_session_p50_ms",
-                   "sio_session_p95_ms")
+                   "sio_session_p95_ms", "app_cpu_ms_per_request", "server_cpu_ms_per_request")
 # Locust imports its locustfile and spawns its users in the first seconds of the
 # sampler's series: its CPU then says nothing about the load it generates.
 CLIENT_START_S = 2.0
@@ -148,6 +149,17 @@ CATALOGUE: dict[str, Metric] = {
     "listen_drops": Metric(f"{_SAMPLER} listen_drops_HOST",
                            "every connection dropped at a listener (ListenDrops), every host's"),
     "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
+    "app_cpu_ms_per_request": Metric(
+        f"{_SAMPLER} cpu_app (and cpu_app2), rps",
+        "the app servers' CPU (their mean over the run) per answered request, ms"),
+    "server_cpu_ms_per_request": Metric(
+        f"{_SAMPLER} cpu_* of the server roles (app, Nginx, Redis), rps",
+        "every server role's CPU (its mean over the run) per answered request, ms"),
+    **{f"cpu_share_{bucket}": Metric(
+        results.PROFILE_STACKS,
+        f"the share of the first app host's profiled CPU samples in {what} "
+        "(benchmarks/profile/buckets.py; None: not profiled)")
+       for bucket, what in buckets.BUCKETS.items()},
     "local_ports": Metric(f"{results.SYSCTL_JSON} net.ipv4.ip_local_port_range",
                           "how many local ports the connecting side may use: the proxy "
                           "host's toward the app, else the app host's toward Redis"),
@@ -374,6 +386,9 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["client_foreign_cpu_pct"] = mean_cpu(samples, "foreign_cpu_client")
     m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
+    m.update(cpu_per_request(samples, m["rps"]))
+    shares = buckets.shares(stage_dir / results.PROFILE_STACKS) or {}
+    m.update({f"cpu_share_{bucket}": shares.get(bucket) for bucket in buckets.BUCKETS})
 
     ports = local_ports(stage_dir, stage)
     m["local_ports"] = ports
@@ -402,6 +417,24 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["server_keepalive"] = verify.get("server_keepalive")
     m.update(scale_out(stage_dir))
     return m
+
+
+def cpu_per_request(sampler_csv: Path, rps: float | None) -> dict:
+    """app_cpu_ms_per_request and server_cpu_ms_per_request: the mean CPU (% of one
+    core) of the app servers, and of every server role (what is not Locust or the
+    sampler), over the answered requests a second."""
+    cpus = [c for c in csvfile.first_row(sampler_csv) if c.startswith("cpu_")]
+    servers = [c for c in cpus if c != "cpu_sampler" and c not in locust_columns(cpus)]
+    apps = [c for c in servers if c.startswith("cpu_app")]
+
+    def per_request(columns) -> float | None:
+        means = [mean_cpu(sampler_csv, c) for c in columns]
+        if not rps or not means or None in means:
+            return None
+        return round(10 * sum(means) / rps, 3)  # % of a core / req/s = 10 * ms a request
+
+    return {"app_cpu_ms_per_request": per_request(apps),
+            "server_cpu_ms_per_request": per_request(servers)}
 
 
 def reused_share(count: dict) -> float | None:
@@ -507,13 +540,13 @@ def evaluate(stage: Stage, metrics: dict) -> list[dict]:
     """The stage's checks against its metrics: [{name, expected, measured, passed, why}].
 
     A stage that answered no request shows nothing, whatever its numbers say: every
-    check fails then, and says why.
+    check fails then, and says why. An optional check without its figure is left out.
     """
     served = answered(metrics) > 0
     return [{"name": c.metric, "expected": c.expected(), "measured": metrics.get(c.metric),
              "passed": served and c.passes(metrics.get(c.metric)),
              "why": c.why if served else f"no request was answered; {c.why}"}
-            for c in stage.checks]
+            for c in stage.checks if not (c.optional and metrics.get(c.metric) is None)]
 
 
 def neighbour_cost(metrics: dict) -> float | None:

@@ -23,18 +23,14 @@ one whose stage failed to run, still plots what is there.
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
-from PIL import Image
 
 from benchmarks.analysis import intervals, metrics, repeats
 from benchmarks.analysis.captions import HOW_TO_READ, TITLES  # noqa: F401 - plots.TITLES
+from benchmarks.analysis.drawing import empty, figure, finish, run_note
 from benchmarks.analysis.frames import (
     COMPONENTS,
     StageRun,
@@ -45,6 +41,7 @@ from benchmarks.analysis.frames import (
     stage_runs,
 )
 from benchmarks.analysis.metrics import TIME_WAIT_SECONDS
+from benchmarks.profile import buckets
 from benchmarks.run import results
 from benchmarks.run.results import run_info
 
@@ -59,37 +56,12 @@ CLASS_DASHES = {"redis": "-", "upstream": "-", "front": "--"}
 COMPONENT_COLORS = {"app": "#1f77b4", "app2": "#aec7e8", "redis": "#d62728", "nginx": "#2ca02c",
                     "sampler": "#7f7f7f", "locust": "#ff7f0e"}
 OK_COLOR, FAIL_COLOR = "#2ca02c", "#d62728"
-DPI = 100
+# benchmarks/profile/buckets.py's BUCKETS, in order: Redis's two in reds, "other" grey
+BUCKET_COLORS = ("#d62728", "#ff9896", "#1f77b4", "#aec7e8", "#2ca02c", "#9467bd", "#17becf",
+                 "#bcbd22", "#7f7f7f")
 
 
 # --- drawing ---------------------------------------------------------------------
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _finish(fig: Figure, name: str, out) -> Figure:
-    """Write the figure as a 256-colour PNG (a third of the size, same look) when asked."""
-    if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=DPI)
-        buf.seek(0)
-        with Image.open(buf) as image:
-            image.convert("RGB").quantize(colors=256, dither=Image.Dither.NONE).save(
-                out, format="PNG", optimize=True)
-    return fig
-
-
-def _empty(name: str, why: str, out) -> Figure:
-    fig = _figure(8, 2)
-    fig.suptitle(TITLES[name], fontsize=13)
-    fig.text(0.5, 0.45, why, ha="center", va="center", fontsize=11, color="#555555")
-    return _finish(fig, name, out)
-
 
 def _plain_numbers(axis) -> None:
     """Tick labels as 1,000 rather than 10^3 (log and symlog axes)."""
@@ -100,20 +72,6 @@ def _plain_numbers(axis) -> None:
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = min(n, max_cols)
     return (n + cols - 1) // cols, cols
-
-
-def _run_note(run_dir) -> str:
-    """`run of 2026-11-22T02:41:15: 30 s measured per stage, 50 Locust users, 2 cores`."""
-    try:
-        info = run_info(run_dir)
-    except (OSError, ValueError):
-        return f"run {Path(run_dir).resolve().name}"
-    p = info.get("parameters", {})
-    seconds = p.get("duration_s")
-    seconds = f"{seconds:g}" if isinstance(seconds, int | float) else "?"
-    return (f"run of {info.get('started') or Path(run_dir).resolve().name}: {seconds} s "
-            f"measured per stage, {p.get('users', '?')} Locust users, "
-            f"{info.get('cores', '?')} cores")
 
 
 def overlapping(df: pd.DataFrame, classes: list[str], within: float = 0.05) -> list[str]:
@@ -185,17 +143,17 @@ def throughput_latency(run_dir, out=None) -> Figure:
     name = "throughput_latency"
     m = metrics_frame(run_dir)
     if m.empty:
-        return _empty(name, "no stage with results in this run", out)
+        return empty(name, "no stage with results in this run", out)
     runs = stage_runs(run_dir)
     x = np.arange(len(m))
-    fig = _figure(max(8.5, 1.15 * len(m) + 2.5), 7.5)
+    fig = figure(max(8.5, 1.15 * len(m) + 2.5), 7.5)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.1, 1])
     _throughput_panel(top, m, x)
     _intervals(top, m, x, repeats.by_stage(run_dir))
     _latency_panel(bottom, m, x)
     bottom.set_xticks(x, [sr.tick for sr in runs], fontsize=9)
-    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
+    fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
 
 
 def _throughput_panel(top, m: pd.DataFrame, x) -> None:
@@ -285,9 +243,9 @@ def time_wait(run_dir, out=None) -> Figure:
     samples = sampler_frame(run_dir)
     runs = [sr for sr in stage_runs(run_dir) if sr.stage.dirname in set(samples["stage"])]
     if not runs:
-        return _empty(name, "no sampler.csv in this run", out)
+        return empty(name, "no sampler.csv in this run", out)
     nrows, ncols = _grid(len(runs))
-    fig = _figure(max(9.0, 4.2 * ncols), 2.9 * nrows + 1.0)
+    fig = figure(max(9.0, 4.2 * ncols), 2.9 * nrows + 1.0)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True,
                                       squeeze=False)).ravel()
     top = max(10.0, float(np.nanmax([samples[f"tw_{c}"].max() for c in CLASSES
@@ -309,8 +267,8 @@ def time_wait(run_dir, out=None) -> Figure:
     order = [CLASS_LABELS[c] for c in CLASSES if CLASS_LABELS[c] in handles]
     fig.legend([handles[k] for k in order], order, loc="outside lower center",
                ncols=len(order), fontsize=9, frameon=False)
-    fig.suptitle(f"{TITLES[name]} (log scale above 10)\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
+    fig.suptitle(f"{TITLES[name]} (log scale above 10)\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
 
 
 def _time_wait_panel(ax, df: pd.DataFrame, sr: StageRun, top: float) -> int | None:
@@ -365,13 +323,13 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
     name = "time_wait_vs_throughput"
     m = metrics_frame(run_dir)
     if m.empty:
-        return _empty(name, "no stage with results in this run", out)
+        return empty(name, "no stage with results in this run", out)
     try:
         p = run_info(run_dir)["parameters"]
         window = min(float(p["duration_s"]) + float(p.get("warmup_s") or 0), TIME_WAIT_SECONDS)
     except (OSError, KeyError, TypeError, ValueError):
         window = TIME_WAIT_SECONDS
-    fig = _figure(9, 6.8)
+    fig = figure(9, 6.8)
     ax = fig.subplots()
     xmax = float(m["ok_rps"].max()) * 1.15 or 1.0
     xs = np.linspace(0, xmax, 50)
@@ -402,8 +360,8 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
     keys = ", ".join(sr.label for sr in stage_runs(run_dir))
     ax.set_title(f"Stages (the number beside each dot): {keys}", fontsize=8, wrap=True,
                  color="#444444")
-    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
+    fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
 
 
 def _dot_labels(m: pd.DataFrame, peak_cols: list[str],
@@ -443,7 +401,7 @@ def cpu(run_dir, out=None) -> Figure:
     frame = cpu_frame(run_dir)
     frame = frame.dropna(how="all")
     if frame.empty:
-        return _empty(name, "no CPU samples in this run", out)
+        return empty(name, "no CPU samples in this run", out)
     by_name = {sr.stage.dirname: sr for sr in stage_runs(run_dir)}
     runs = [by_name[s] for s in frame.index]
     try:
@@ -451,7 +409,7 @@ def cpu(run_dir, out=None) -> Figure:
     except (OSError, ValueError):
         cores = 0
     x = np.arange(len(frame))
-    fig = _figure(max(8.5, 1.15 * len(frame) + 2.5), 5.8)
+    fig = figure(max(8.5, 1.15 * len(frame) + 2.5), 5.8)
     ax = fig.subplots()
     base = np.zeros(len(frame))
     for comp in COMPONENTS:
@@ -488,8 +446,8 @@ def cpu(run_dir, out=None) -> Figure:
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center",
                ncols=len(COMPONENTS), fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
+    fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
 
 
 def failures(run_dir, out=None) -> Figure | None:
@@ -505,7 +463,7 @@ def failures(run_dir, out=None) -> Figure | None:
     if not runs:
         return None
     nrows, ncols = _grid(len(runs), max_cols=2)
-    fig = _figure(max(9.0, 5.6 * ncols), 3.3 * nrows + 1.3)
+    fig = figure(max(9.0, 5.6 * ncols), 3.3 * nrows + 1.3)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, squeeze=False)).ravel()
     tw_top = max(10.0, float(samples.loc[samples["stage"].isin(
         [sr.stage.dirname for sr in runs]), "tw_upstream"].max()))
@@ -522,8 +480,8 @@ def failures(run_dir, out=None) -> Figure | None:
     more = twins[0].get_legend_handles_labels()
     fig.legend(handles[0] + more[0], handles[1] + more[1], loc="outside lower center",
                ncols=3, fontsize=9, frameon=False)
-    fig.suptitle(f"{TITLES[name]}\n{_run_note(run_dir)}", fontsize=13)
-    return _finish(fig, name, out)
+    fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
 
 
 def _failures_panel(ax, sr: StageRun, df: pd.DataFrame, hist: pd.DataFrame, tw_top: float,
@@ -566,6 +524,46 @@ def _failures_panel(ax, sr: StageRun, df: pd.DataFrame, hist: pd.DataFrame, tw_t
     return right
 
 
+def cpu_by_bucket(run_dir, out=None) -> Figure | None:
+    """(f) The app server's CPU per answered request, split by where py-spy saw it go.
+
+    Each bar is app_cpu_ms_per_request (the sampler's), cut into the stage's
+    cpu_share_* (benchmarks/profile/buckets.py); a stage that was not profiled is one
+    grey bar. Returns None (and writes nothing) when no stage was profiled."""
+    name = "cpu_by_bucket"
+    m = metrics_frame(run_dir)
+    shares = [f"cpu_share_{b}" for b in buckets.BUCKETS]
+    m = m.reindex(columns=[*m.columns.difference(shares), *shares])
+    if m[shares].isna().all(axis=None):
+        return None
+    m = m.dropna(subset=["app_cpu_ms_per_request"])
+    x = np.arange(len(m))
+    fig = figure(max(8.5, 1.15 * len(m) + 2.5), 5.8)
+    ax = fig.subplots()
+    base = np.zeros(len(m))
+    total = m["app_cpu_ms_per_request"].to_numpy()
+    for bucket, color in zip(buckets.BUCKETS, BUCKET_COLORS, strict=True):
+        values = (m[f"cpu_share_{bucket}"].fillna(0.0) * total).to_numpy()
+        ax.bar(x, values, bottom=base, color=color, label=bucket.replace("_", " "),
+               edgecolor="white", linewidth=0.5)
+        base = base + values
+    unprofiled = m[shares].isna().all(axis=1).to_numpy()
+    if unprofiled.any():
+        ax.bar(x[unprofiled], total[unprofiled], color="#cccccc", label="not profiled")
+    for i, ms in enumerate(total):
+        ax.annotate(f"{ms:.2f} ms", (i, ms), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, float(total.max()) * 1.15)
+    ax.set_ylabel("app server CPU per answered request, ms")
+    ticks = {sr.stage.dirname: sr.tick for sr in stage_runs(run_dir)}
+    ax.set_xticks(x, [ticks[s] for s in m.index], fontsize=9)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=5,
+               fontsize=9, frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
+    return finish(fig, name, out)
+
+
 # name -> function, in the order report.md and the notebook show them
 PLOTS = {
     "throughput_latency": throughput_latency,
@@ -573,5 +571,6 @@ PLOTS = {
     "time_wait_vs_throughput": time_wait_vs_throughput,
     "cpu": cpu,
     "failures": failures,
+    "cpu_by_bucket": cpu_by_bucket,
 }
 

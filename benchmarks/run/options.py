@@ -44,6 +44,7 @@ class RunOptions:
     screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
     client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
     repeats: int = 1  # runs of every stage, interleaved (0,1,2,0,1,2...)
+    profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
 
     def __post_init__(self):
         if not self.stages:
@@ -99,7 +100,7 @@ class RunOptions:
                 "sandbox": self.sandbox, "client_hosts": self.client_hosts,
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
-                "repeats": self.repeats}
+                "repeats": self.repeats, "profile": self.profile}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -160,4 +161,4 @@ def from_args(args) -> RunOptions:
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
         app_cpus=args.app_cpus,
         screenshots=args.screenshots, client_hosts=args.client_hosts,
-        repeats=getattr(args, "repeats", 1))
+        repeats=getattr(args, "repeats", 1), profile=args.profile)

@@ -31,6 +31,10 @@
           metrics.json  checks.json      the numbers and the verdicts
           sockets.json                   the classes and port ranges the Sockets tab reads
           sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
+          profile.folded                 py-spy's samples of the (first) app host's server while
+                                         measured, as collapsed stacks (`--format raw`)
+          profile.svg  profile.log       their flame graph (benchmarks/profile/flamegraph.py);
+                                         py-spy's own output
 
 `sweep`, `fd_limit`, `book`, `crosscheck` and `lab run --target` make their runs
 here too, as `<timestamp>-<suffix>/`, and leave `latest` to `lab run`'s stages.
@@ -87,6 +91,11 @@ SOCKETS_SCREENSHOT = "sockets-tab.png"
 SOCKETS_SHOT_LOG = "sockets-tab.log"  # the Locust web UI that showed it
 LOCUST_UI_LOG = "locust-ui.log"  # `lab up`'s Locust web UI
 CHECKS_JSON = "checks.json"
+# py-spy on the app server (benchmarks/profile/): collapsed stacks, one `frame;frame;... count`
+# a line, and the flame graph drawn from them
+PROFILE_STACKS = "profile.folded"
+PROFILE_SVG = "profile.svg"
+PROFILE_LOG = "profile.log"
 
 
 def rel(path: Path) -> str:

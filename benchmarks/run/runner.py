@@ -29,6 +29,7 @@ from benchmarks import stages
 from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
+from benchmarks.profile import record as profile
 from benchmarks.run import cli, environment, fitting, locust_cli, progress, results
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
@@ -385,6 +386,15 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     return count_from
 
 
+def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
+             user_classes) -> int | None:
+    """`measure`, with py-spy on the first app host's server beside it (`opts.profile`),
+    stopping as the sampler does, just before Locust's users close their connections."""
+    with profile.recording(load.server_pids["app"], load.sampler_prefix, stage_dir,
+                           opts.duration - 0.5, on=opts.profile):
+        return measure(load, stage_dir, users_file, opts, user_classes)
+
+
 def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
     """metrics.json and checks.json of a measured stage folder; (metrics, checks)."""
     result = metrics.compute(stage_dir, stage)
@@ -454,7 +464,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            count_from = measure(load, stage_dir, users_file, opts, stage.users)
+            count_from = profiled(load, stage_dir, users_file, opts, stage.users)
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from

@@ -1,0 +1,109 @@
+"""The app server's profiled CPU, in buckets that match the lessons.
+
+Each stack of py-spy's collapsed stacks (benchmarks/profile/folded.py) goes to the
+bucket of its innermost frame that a rule of RULES names; a frame is matched as
+`file:function` (`redis/connection.py:AbstractConnection.connect`), against
+shell patterns, and the first rule that names it wins. One exception: whatever
+runs under a Redis connect or close counts as that (SUBTREE), so the handshake's
+own commands (`CLIENT SETINFO`, with the package's version read from disk) are
+the cost of a new connection, not of a command. A stack no rule names is `other`.
+
+py-spy leaves idle threads out, so the shares are of the samples where a server
+thread was running or runnable; on the lab's one server core a runnable worker
+may be waiting for it (say, while Redis answers), and that wait is sampled too.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from benchmarks.profile import folded
+
+# bucket -> what it holds (the metrics' catalogue says it), in the report's order
+BUCKETS = {
+    "redis_connect": "Redis connect and close: redis-py making a client, pool or connection "
+                     "per request, connecting (with its handshake) and disconnecting",
+    "redis_commands": "Redis commands: the rest of redis-py (pack, send, read, parse)",
+    "http_server": "HTTP parsing and the server's own loop: gunicorn, werkzeug's server "
+                   "and request parsing, eventlet's and gevent's hubs, selectors",
+    "flask": "Flask routing and request hooks: flask, werkzeug's routing and context locals",
+    "json": "JSON: encoding and decoding (json, Flask's provider)",
+    "token": "the token check: app/tokens.py and what it calls (itsdangerous' signature; "
+             "its HGET is a Redis command)",
+    "socketio": "Socket.IO: python-socketio, python-engineio (its middleware sees every "
+                "request), Flask-SocketIO, the app's events",
+    "logging": "logging: the access log (gunicorn's, werkzeug's, the app's) and logging",
+    "other": "the app's own views and stores, and whatever no rule names",
+}
+SUBTREE = "redis_connect"
+RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("redis_connect", ("redis/*:*.connect", "redis/*:*._connect", "redis/*:*.connect_check_health",
+                       "redis/*:*.on_connect*", "redis/*:*.disconnect", "redis/*:*.make_connection",
+                       "redis/*:*from_url", "redis/*:parse_url", "redis/*:Redis.__init__",
+                       "redis/*:*Pool.__init__", "redis/*:*Connection.__init__",
+                       "redis/*:Redis.close", "redis/*:*.__del__")),
+    ("redis_commands", ("redis/*",)),
+    ("logging", ("logging/*", "app/access_log.py:*", "gunicorn/glogging.py:*",
+                 "werkzeug/serving.py:*.log*", "werkzeug/_internal.py:_log")),
+    ("json", ("json/*", "*/json/*")),
+    # not itsdangerous itself: Flask's session cookie uses it too, on every request
+    ("token", ("app/tokens.py:*",)),
+    ("socketio", ("socketio/*", "engineio/*", "flask_socketio/*", "simple_websocket/*",
+                  "wsproto/*", "eventlet/websocket.py:*", "app/realtime.py:*",
+                  "app/socket_guard.py:*")),
+    ("flask", ("flask/*", "werkzeug/routing/*", "werkzeug/local.py:*", "blinker/*",
+               "app/__init__.py:*", "app/errors.py:*")),
+    ("other", ("app/*", "werkzeug/security.py:*")),
+    # eventlet's and gevent's hubs, green threads and servers, not their green sockets:
+    # a send or receive on one is its caller's (Redis's command, gunicorn's write)
+    ("http_server", ("gunicorn/*", "werkzeug/*", "eventlet/hubs/*", "eventlet/greenthread.py:*",
+                     "eventlet/greenpool.py:*", "eventlet/wsgi.py:*", "gevent/hub.py:*",
+                     "gevent/_hub*", "gevent/baseserver.py:*", "gevent/server.py:*",
+                     "gevent/pywsgi.py:*", "gevent/greenlet.py:*", "socketserver.py:*",
+                     "http/server.py:*", "selectors.py:*", "wsgiref/*")),
+)
+
+
+def frame_key(frame: str) -> str:
+    """`AbstractConnection.connect (redis/connection.py)` -> `redis/connection.py:
+    AbstractConnection.connect`, what the rules match."""
+    function, _, file = frame.rpartition(" (")
+    return f"{file.rstrip(')')}:{function}" if function else frame
+
+
+def rule_for(frame: str, cache: dict[str, str | None]) -> str | None:
+    """The bucket of the first rule naming this frame (None: no rule, or a process)."""
+    if frame not in cache:
+        key = frame_key(frame)
+        cache[frame] = None if folded.is_process(frame) else next(
+            (bucket for bucket, patterns in RULES
+             if any(fnmatchcase(key, p) for p in patterns)), None)
+    return cache[frame]
+
+
+def classify(frames: list[str], cache: dict[str, str | None]) -> str:
+    """The bucket of one stack (frames outermost first)."""
+    found = [rule_for(frame, cache) for frame in frames]
+    if SUBTREE in found:
+        return SUBTREE
+    return next((bucket for bucket in reversed(found) if bucket), "other")
+
+
+def samples(stacks: list[tuple[list[str], int]]) -> dict[str, int]:
+    """Samples per bucket, every bucket present."""
+    counts = dict.fromkeys(BUCKETS, 0)
+    cache: dict[str, str | None] = {}
+    for frames, count in stacks:
+        counts[classify(frames, cache)] += count
+    return counts
+
+
+def shares(path: Path) -> dict[str, float] | None:
+    """Each bucket's share of the samples in a collapsed-stacks file (None: no file, or
+    no sample in it)."""
+    if not Path(path).exists():
+        return None
+    counts = samples(folded.read(path))
+    total = sum(counts.values())
+    return {bucket: round(n / total, 4) for bucket, n in counts.items()} if total else None
