@@ -16,6 +16,7 @@ from benchmarks.analysis import intervals
 from benchmarks.run import results
 
 FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
+FOREIGN = "foreign_cpu_pct"  # listed per repeat: a neighbour widens an interval
 # summary.csv's columns after metrics.SUMMARY_COLUMNS: how many repeats measured the
 # stage and passed all its checks; RPS and p95, each a mean, its standard deviation
 # and 95% interval (the interval empty with one repeat)
@@ -36,7 +37,7 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
             entry["repeats"] += 1
             entry["passed"] += all(c["passed"] for c in checks)
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]
-            for name in FIGURES:
+            for name in (*FIGURES, FOREIGN):
                 entry["values"].setdefault(name, []).append(m.get(name))
     for entry in found.values():
         for name in FIGURES:
@@ -53,6 +54,12 @@ def columns(entry: dict) -> dict:
         row.update({f"{short}_mean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
                     f"{short}_ci_low": _round(iv["low"]), f"{short}_ci_high": _round(iv["high"])})
     return row
+
+
+def disturbed(entry: dict, limit: float) -> int:
+    """How many of a stage's repeats lost more than `limit` % of the server's CPUs to
+    other processes."""
+    return sum((v or 0) > limit for v in entry["values"].get(FOREIGN, []))
 
 
 def steps(entries: dict) -> list[tuple[dict, dict, bool | None]]:

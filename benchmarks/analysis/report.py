@@ -91,16 +91,24 @@ def repeats_section(run_dir: Path) -> str:
              "that a drift of the machine hits them alike. Mean [95% interval] over the "
              "repeats (Student's t: with 3 repeats the interval is wide). A step between "
              "two stages whose RPS intervals overlap is *not significant on this box*.", "",
-             "| stage | passed every check | RPS | p95 ms |", "|---|---|---|---|"]
+             "| stage | passed every check | RPS | p95 ms | others' CPU %, each repeat |",
+             "|---|---|---|---|---|"]
     lines += [f"| {e['stage'].dirname} | {e['passed']}/{e['repeats']} | {shown(e['rps'])} "
-              f"| {shown(e['p95_ms'])} |" for e in over.values()]
+              f"| {shown(e['p95_ms'])} | "
+              f"{', '.join(_cell(v) for v in e['values'][repeats.FOREIGN])} |"
+              for e in over.values()]
+    limit = metrics.FOREIGN_CPU_LIMIT
     lines += ["", "Steps, RPS:", ""] if len(over) > 1 else []
     for a, b, apart in repeats.steps(over):
         verdict = {True: "significant", False: "not significant on this box",
                    None: "no interval"}[apart]
         ratio = (f" ({b['rps']['mean'] / a['rps']['mean']:.2f}x)"
                  if a["rps"]["mean"] and b["rps"]["mean"] is not None else "")
-        lines.append(f"- {a['stage'].key} -> {b['stage'].key}{ratio}: {verdict}")
+        lost = repeats.disturbed(a, limit) + repeats.disturbed(b, limit)
+        why = (f" (in {lost} of their {a['repeats'] + b['repeats']} runs other processes "
+               f"took over {limit:g}% of the server's CPUs: see What else ran)"
+               if lost and apart is False else "")
+        lines.append(f"- {a['stage'].key} -> {b['stage'].key}{ratio}: {verdict}{why}")
     failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
     lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
     lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
@@ -123,13 +131,17 @@ def foreign_section(run_dir: Path, info: dict) -> str:
               f"stage's used while it was measured (`foreign_cpu_pct`; p95 in summary.csv). "
               f"Past {metrics.FOREIGN_CPU_LIMIT:g}% the stage's numbers are partly the "
               "neighbour's:", ""]
-    flagged = [r for r in stage_results(run_dir) if metrics.neighbour_cost(r["metrics"])]
-    for r in flagged:
+    dirs = results.repeat_dirs(run_dir)
+    flagged = [(k, r) for k, folder in enumerate(dirs, start=1) for r in stage_results(folder)
+               if metrics.neighbour_cost(r["metrics"])]
+    for k, r in flagged:
         m = r["metrics"]
-        lines.append(f"- **{r['stage'].dirname}**: other processes used {m['foreign_cpu_pct']:g}% "
-                     f"of the server's CPUs (p95 {m['foreign_cpu_p95']:g}%). It answered "
-                     f"{m['rps']:g} req/s; with all of its CPUs a server bound by them would "
-                     f"answer about {metrics.neighbour_cost(m):g} (RPS x 100 / (100 - "
+        which = f" (repeat {k})" if len(dirs) > 1 else ""
+        lines.append(f"- **{r['stage'].dirname}**{which}: other processes used "
+                     f"{m['foreign_cpu_pct']:g}% of the server's CPUs (p95 "
+                     f"{m['foreign_cpu_p95']:g}%). It answered {m['rps']:g} req/s; with all of "
+                     f"its CPUs a server bound by them would answer about "
+                     f"{metrics.neighbour_cost(m):g} (RPS x 100 / (100 - "
                      f"{m['foreign_cpu_pct']:g})): do not compare it with the other stages.")
     if not flagged:
         lines.append("- no stage: every stage had its server CPUs to itself.")

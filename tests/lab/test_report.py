@@ -119,7 +119,9 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
             if k > 1:
                 shutil.copytree(results.stage_dir(run_copy, stages.get(key)), folder)
             m = results.read_json(folder / results.METRICS_JSON)
-            results.write_json(folder / results.METRICS_JSON, {**m, "rps": values[k - 1]})
+            others = 40.0 if (key, k) == ("0", 2) else 1.0  # a neighbour in one run
+            results.write_json(folder / results.METRICS_JSON, {
+                **m, "rps": values[k - 1], "foreign_cpu_pct": others, "foreign_cpu_p95": others})
     failing = results.stage_dir(results.repeat_dir(run_copy, 3), stages.get("2"))
     checks = results.read_json(failing / results.CHECKS_JSON)
     results.write_json(failing / results.CHECKS_JSON, [{**checks[0], "passed": False},
@@ -131,8 +133,12 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert "- 0 -> 2 (1.00x): not significant on this box" in text
-    assert "- 2 -> 3 (2.00x): significant" in text
+    assert ("- 0 -> 2 (1.00x): not significant on this box (in 1 of their 6 runs other "
+            "processes took over 10% of the server's CPUs" in text)
+    assert "- 2 -> 3 (2.00x): significant\n" in text
+    assert "| 00-builtin | 3/3 | 300.0 [275.2, 324.8] | " in text and "| 1, 40, 1 |" in text
+    assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
+    assert text.count("(repeat ") == 1  # the only run past the limit
     assert f"- repeat 3, stage 2: `{checks[0]['expected']}`" in text
 
 
