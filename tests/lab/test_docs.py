@@ -100,9 +100,11 @@ RULES = [
     Rule(r"(sudo )?sysctl -w ", PARSE, "would change the machine's sysctls"),
     Rule(r"sysctl (-n )?[a-z][\w.]*( [a-z][\w.]*)*$", RUN, "reads sysctls (`=` would write)"),
     Rule(r"sleep ", PARSE, "waits out TIME_WAIT: a minute of nothing"),
+    Rule(r"taskset -c \d+ timeout \d+ sh -c 'while :; do :; done' &$", PARSE,
+         "a busy neighbour on a core for 100 s (lab 00): it would slow the suite"),
     # reading
     Rule(r"\w+=\$\(", PARSE, "finds a process that another terminal runs"),
-    Rule(r"(ls|cat|grep|head|tail)\b.*(/proc/\$|\bresults/)", PARSE,
+    Rule(r"(ls|cat|grep|head|tail|sed -n)\b.*(/proc/\$|\bresults/)", PARSE,
          "reads a process another terminal runs, or what a lab run wrote"),
     Rule(r"(ls|cat|grep|head|tail) [^>]*$", RUN, "reads /proc, /etc or the repository"),
     Rule(r"ip netns list$", RUN, "lists network namespaces (none when no lab runs)",
