@@ -13,6 +13,7 @@ from . import (
     attempts,
     auth,
     errors,
+    fast_path,
     health,
     realtime,
     redis_store,
@@ -32,6 +33,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     if test_config:
         app.config.from_mapping(test_config)
     settings.validate(app.config, app.logger)
+    fast_path.init_json(app)
 
     access_log.init_app(app)  # first: its clock starts before the other hooks
     errors.init_app(app)
@@ -41,5 +43,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.register_blueprint(blueprint)
     attempts.init_app(app)
     seed.init_app(app)
+    flask_wsgi_app = app.wsgi_app
     realtime.init_app(app)
+    fast_path.init_app(app, flask_wsgi_app)
     return app

@@ -82,11 +82,14 @@ return id
 
 POST_MESSAGE_LUA = """
 -- KEYS: room:<id>:members, room:<id>:messages, next:message_id, room:<id>:seq,
---       idem:<user id>:<key> (or "" without a key)
--- ARGV: room id, user id, username, content, ts (ms), history cap, key TTL (s)
+--       idem:<user id>:<key> (or "" without a key), user:<user id> (or "": the
+--       token was checked before)
+-- ARGV: room id, user id, username, content, ts (ms), history cap, key TTL (s),
+--       the token's key (with KEYS[6])
 -- Returns the message JSON; or the one stored before under the same key
 -- (a retry stores nothing); 0 when the caller is not a member; -1 when the
--- key was used for another message.
+-- key was used for another message; -2 when the token's key is not the user's.
+if KEYS[6] ~= '' and redis.call('HGET', KEYS[6], 'token_key') ~= ARGV[8] then return -2 end
 if redis.call('SISMEMBER', KEYS[1], ARGV[2]) == 0 then return 0 end
 if KEYS[5] ~= '' then
   local prior = redis.call('GET', KEYS[5])
@@ -124,6 +127,20 @@ end
 return redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
 """
 
+FRIENDS_LUA = """
+-- KEYS: user:<id>, user:<id>:friends   ARGV: the token's key
+-- The friends' id, email, username, flat; false when the token's key is not the user's.
+if redis.call('HGET', KEYS[1], 'token_key') ~= ARGV[1] then return false end
+local found = {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local fields = redis.call('HMGET', 'user:' .. id, 'id', 'email', 'username')
+  if fields[1] then
+    for _, value in ipairs(fields) do found[#found + 1] = value end
+  end
+end
+return found
+"""
+
 # Not bound to a client (each call passes its own, or a pipeline); given as
 # bytes so no client is needed to compute the SHA. Script runs EVALSHA and
 # falls back to SCRIPT LOAD when Redis was restarted and forgot the script.
@@ -132,6 +149,7 @@ REQUEST_FRIEND = Script(None, REQUEST_FRIEND_LUA.encode())
 FIND_OR_CREATE_ROOM = Script(None, FIND_OR_CREATE_ROOM_LUA.encode())
 POST_MESSAGE = Script(None, POST_MESSAGE_LUA.encode())
 MESSAGES_AFTER = Script(None, MESSAGES_AFTER_LUA.encode())
+FRIENDS = Script(None, FRIENDS_LUA.encode())
 
 # What a friend request came to (REQUEST_FRIEND's answer).
 FRIEND_REQUEST_OUTCOMES = {0: "unknown", 1: "requested", 2: "friends", 3: "already"}
@@ -293,24 +311,26 @@ def is_member(r, room_id: int, user_id: int) -> bool:
 
 
 def post_message(r, room_id: int, user_id: int, username: str, content: str,
-                 history_max: int, key: str | None = None,
-                 key_ttl: int = 3600) -> tuple[str, dict | None]:
+                 history_max: int, key: str | None = None, key_ttl: int = 3600,
+                 token_key: str | None = None) -> tuple[str, dict | None]:
     """Store a message if the user is a member; with `key`, at most once per key.
 
-    Returns ('ok', message), ('not_member', None) or ('key_reused', None) (the
-    key was used for another message). A retry with the same key gets the
+    Returns ('ok', message), ('not_member', None), ('key_reused', None) (the
+    key was used for another message) or, with `token_key`, ('revoked', None)
+    when it is not the user's. A retry with the same key gets the
     message stored the first time. The message is only returned once Redis has
     stored it.
     """
     ts = int(time.time() * 1000)
     result = POST_MESSAGE(
         keys=[members_key(room_id), messages_key(room_id), "next:message_id",
-              f"room:{room_id}:seq", idempotency_key(user_id, key) if key else ""],
-        args=[room_id, user_id, username or "", content, ts, history_max, key_ttl], client=r)
-    if result == 0:
-        return "not_member", None
-    if result == -1:
-        return "key_reused", None
+              f"room:{room_id}:seq", idempotency_key(user_id, key) if key else "",
+              user_key(user_id) if token_key is not None else ""],
+        args=[room_id, user_id, username or "", content, ts, history_max, key_ttl,
+              token_key or ""], client=r)
+    verdict = {0: "not_member", -1: "key_reused", -2: "revoked"}.get(result)
+    if verdict:
+        return verdict, None
     return "ok", json.loads(result)
 
 
@@ -321,9 +341,16 @@ def recent_messages(r, room_id: int, user_id: int, limit: int) -> list | None:
     messages are thrown away unless the user is a member.
     """
     pipe = r.pipeline(transaction=False)
+    queue_recent(pipe, room_id, user_id, limit)
+    return parse_recent(*pipe.execute())
+
+
+def queue_recent(pipe, room_id: int, user_id: int, limit: int) -> None:
     pipe.sismember(members_key(room_id), user_id)
     pipe.lrange(messages_key(room_id), -limit, -1)
-    member, raw = pipe.execute()
+
+
+def parse_recent(member, raw) -> list | None:
     return [json.loads(m) for m in raw] if member else None
 
 
@@ -333,3 +360,32 @@ def messages_after(r, room_id: int, user_id: int, after: int, limit: int) -> lis
     raw = MESSAGES_AFTER(keys=[members_key(room_id), messages_key(room_id)],
                          args=[user_id, after, limit], client=r)
     return None if raw is None else [json.loads(m) for m in raw]
+
+
+# --- stage 7: the token's key fetched in the view's own round trip (tokens.confirm) ----
+
+def with_token_key(r, user_id: int, queue) -> tuple[str | None, list]:
+    """The user's token key and the results of what `queue(pipe)` queued, in one round trip."""
+    pipe = r.pipeline(transaction=False)
+    pipe.hget(user_key(user_id), "token_key")
+    queue(pipe)
+    stored, *results = pipe.execute()
+    return stored, results
+
+
+def user_and_token_key(r, user_id: int) -> tuple[dict | None, str | None]:
+    """The user's public fields (None: gone) and token key, in one HMGET."""
+    values = r.hmget(user_key(user_id), (*PUBLIC_USER_FIELDS, "token_key"))
+    if values[0] is None:
+        return None, None
+    return public_user(dict(zip(PUBLIC_USER_FIELDS, values, strict=False))), values[-1]
+
+
+def friends_checked(r, user_id: int, token_key: str) -> list[dict] | None:
+    """Friends' public fields, by id, in one round trip; None when `token_key` is not
+    the user's."""
+    flat = FRIENDS(keys=[user_key(user_id), friends_key(user_id)], args=[token_key], client=r)
+    if flat is None:
+        return None
+    return sorted((public_user(dict(zip(PUBLIC_USER_FIELDS, flat[i:i + 3], strict=True)))
+                   for i in range(0, len(flat), 3)), key=lambda user: user["id"])

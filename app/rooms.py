@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, current_app, g, jsonify, request
 
-from . import chat_store
+from . import chat_store, tokens
 from .redis_store import get_redis
 from .tokens import login_required
 from .validation import (
@@ -48,10 +48,13 @@ def room_or_abort(raw, user_id: int, check_member: bool = True) -> int:
 def store_message(room_id: int, user_id: int, username: str, content: str,
                   key: str | None) -> dict:
     """Store (at most once per `key`) and broadcast a message; HTTP and Socket.IO share it."""
+    token_key = g.get("token_key")  # checked by the script (FUSED_ROUND_TRIPS)
     verdict, message = chat_store.post_message(
         get_redis(), room_id, user_id, username, content,
         current_app.config["ROOM_HISTORY_MAX"], key=key,
-        key_ttl=current_app.config["IDEMPOTENCY_TTL"])
+        key_ttl=current_app.config["IDEMPOTENCY_TTL"], token_key=token_key)
+    if token_key is not None:
+        tokens.confirm(None if verdict == "revoked" else token_key)
     if verdict == "not_member":
         abort(404, UNKNOWN_ROOM)
     if verdict == "key_reused":
@@ -69,20 +72,28 @@ def broadcast_message(message: dict) -> None:
 
 
 @bp.post("/find-or-create")
-@login_required
+@login_required(in_view=True)
 def find_or_create():
     """``{friendId}`` -> ``{roomId}``. Rooms are for friends only: 404 otherwise."""
     friend_id = require_id(json_body(), "friendId")
     if friend_id == g.user_id:
         abort(400, "a room needs two different users")
     r = get_redis()
+    if tokens.pending():  # the token, the friendship and the pair's room: one round trip
+        stored, (friends, room) = chat_store.with_token_key(
+            r, g.user_id, lambda pipe: (pipe.sismember(chat_store.friends_key(g.user_id),
+                                                       friend_id),
+                                        pipe.get(chat_store.pair_key(g.user_id, friend_id))))
+        tokens.confirm(stored)
+        if friends and room is not None:
+            return jsonify({"roomId": int(room)})
     if not chat_store.are_friends(r, g.user_id, friend_id):
         abort(404, "unknown user (or not your friend)")
     return jsonify({"roomId": chat_store.find_or_create_room(r, g.user_id, friend_id)})
 
 
 @bp.get("/<room_id>/messages")
-@login_required
+@login_required(in_view=True)
 def list_messages(room_id):
     """The last ``limit`` messages (default 50, 1..200), oldest first (newest last);
     with ``after=<message id>``, the first ``limit`` messages after that one (catch-up)."""
@@ -90,9 +101,15 @@ def list_messages(room_id):
     limit = parse_limit()
     after = request.args.get("after")
     r = get_redis()
-    if after is None:
+    if after is None and tokens.pending():  # the token and the messages: one round trip
+        stored, found = chat_store.with_token_key(
+            r, g.user_id, lambda pipe: chat_store.queue_recent(pipe, room, g.user_id, limit))
+        tokens.confirm(stored)
+        messages = chat_store.parse_recent(*found)
+    elif after is None:
         messages = chat_store.recent_messages(r, room, g.user_id, limit)
     else:
+        tokens.check_now()
         after_id = parse_id(after) if after != "0" else 0
         if after_id is None:
             abort(400, "'after' must be a message id (0 for the oldest kept)")
@@ -103,7 +120,7 @@ def list_messages(room_id):
 
 
 @bp.post("/<room_id>/messages")
-@login_required
+@login_required(in_view=True)
 def post_message(room_id):
     """``{content}`` -> 201 ``{id, ts}``, then ``newMessage`` to the room's sockets.
 

@@ -81,7 +81,23 @@ DEFAULTS = {
     # the timeout is gone, and its connection is closed (Engine.IO's defaults).
     "SOCKETIO_PING_INTERVAL": 25.0,
     "SOCKETIO_PING_TIMEOUT": 20.0,
+    # Stage 7 ("the code itself", app/fast_path.py): each one of the profile's hot costs,
+    # off by default so that every earlier stage keeps its behaviour.
+    # The token check rides in each chat view's first (and mostly only) round trip to Redis.
+    "FUSED_ROUND_TRIPS": False,
+    # Claims of tokens whose signature was checked, kept per process (this many): a
+    # token's signature is the same on every request; its expiry and key still checked.
+    "TOKEN_CACHE_SIZE": 0,
+    # "stdlib" (Flask's json) or "orjson".
+    "JSON_PROVIDER": "stdlib",
+    # Flask's signed-cookie session on every HTTP request; the HTTP API never uses it
+    # (Socket.IO events keep their own): False skips opening it.
+    "COOKIE_SESSION": True,
+    # Engine.IO's WSGI middleware (and the app's guard in front of it) on every path;
+    # False: only on /socket.io/, the rest goes straight to Flask.
+    "ENGINEIO_EVERY_PATH": True,
 }
+JSON_PROVIDERS = ("stdlib", "orjson")
 
 TRANSPORTS = ("polling", "websocket")
 
@@ -132,6 +148,15 @@ def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     config["DEV_MODE"] = as_bool(config.get("DEV_MODE"))
     config["SOCKETIO_MESSAGE_QUEUE"] = as_bool(config.get("SOCKETIO_MESSAGE_QUEUE"))
+    for name in ("FUSED_ROUND_TRIPS", "COOKIE_SESSION", "ENGINEIO_EVERY_PATH"):
+        config[name] = as_bool(config.get(name))
+    if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:
+        raise ConfigError(f"JSON_PROVIDER (FLASK_JSON_PROVIDER) must be one of "
+                          f"{', '.join(JSON_PROVIDERS)}, not {config.get('JSON_PROVIDER')!r}")
+    size = config.get("TOKEN_CACHE_SIZE")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"TOKEN_CACHE_SIZE (FLASK_TOKEN_CACHE_SIZE) must be a whole number "
+                          f">= 0, not {size!r}")
 
     secret = config.get("SECRET_KEY")
     if secret is None or secret == "":

@@ -8,17 +8,24 @@ only accepted while its key is the user's current one, so it dies with its
 user, with the data (after a FLUSHALL the next user with that id has another
 key), and on ``POST /auth/logout`` (which draws a new key). The check costs one
 HGET per request (measured in the README's "Hardening" notes).
+
+Stage 7 (app/fast_path.py): with FUSED_ROUND_TRIPS a view declared with
+``@login_required(in_view=True)`` gets the signed claims only, and checks the key
+(``confirm``) with what its own first round trip fetched; with TOKEN_CACHE_SIZE
+the signature of a token seen before is not checked again (its age still is).
 """
 
 from __future__ import annotations
 
 import secrets
+import time
+from collections import OrderedDict
 from functools import wraps
 
 from flask import current_app, g, request
-from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.datastructures import WWWAuthenticate
-from werkzeug.exceptions import Unauthorized
+from werkzeug.exceptions import HTTPException, Unauthorized
 
 from . import chat_store
 from .redis_store import get_redis
@@ -48,18 +55,30 @@ def read_token(token) -> dict:
     """The token's claims ``{"uid", "name", "key"}``; TokenError unless well-formed and signed."""
     if not isinstance(token, str) or not token:
         raise TokenError("missing access token")
+    cache = current_app.extensions.get("token_cache")
+    claims, signed_at = cache.get(token, (None, None)) if cache is not None else (None, None)
     try:
-        claims = serializer().loads(token, max_age=current_app.config["TOKEN_MAX_AGE"])
-    except SignatureExpired:
-        raise TokenError("access token expired; log in again") from None
+        if claims is None:
+            claims, signed_at = serializer().loads(token, return_timestamp=True)
+            if cache is not None and isinstance(claims, dict):
+                remember(cache, token, claims, signed_at)
     except BadSignature:
         raise TokenError("invalid access token") from None
+    if time.time() - signed_at.timestamp() > current_app.config["TOKEN_MAX_AGE"]:
+        raise TokenError("access token expired; log in again")
     # A signed token with claims of the wrong type (an old format, a bug): 401, never 500.
     if (not isinstance(claims, dict) or type(claims.get("uid")) is not int
             or not isinstance(claims.get("name"), str)
             or not isinstance(claims.get("key"), str)):
         raise TokenError("invalid access token")
     return claims
+
+
+def remember(cache: OrderedDict, token: str, claims: dict, signed_at) -> None:
+    """Keep a checked token's claims, the least recently added one leaving when full."""
+    cache[token] = (claims, signed_at)
+    if len(cache) > current_app.config["TOKEN_CACHE_SIZE"]:
+        cache.popitem(last=False)
 
 
 def live_claims(token) -> dict:
@@ -85,15 +104,51 @@ def socket_token(auth) -> str | None:
     return bearer_token() or request.args.get("token")
 
 
-def login_required(view):
-    """Require a live bearer token; the caller's id lands in ``g.user_id``."""
+def unauthorized(e: TokenError) -> Unauthorized:
+    return Unauthorized(str(e), www_authenticate=WWWAuthenticate("bearer"))
+
+
+def confirm(stored_key: str | None) -> None:
+    """The view's check of the token key its own round trip fetched (401 if not current)."""
+    if stored_key != g.pop("token_key"):
+        raise unauthorized(TokenError("access token revoked or its user is gone; log in again"))
+
+
+def pending() -> bool:
+    """Whether this request's view is to check the token key itself (FUSED_ROUND_TRIPS)."""
+    return "token_key" in g
+
+
+def check_now() -> None:
+    """For a view declared `in_view` that takes a path with no round trip to fuse into."""
+    if pending():
+        confirm(chat_store.token_key(get_redis(), g.user_id))
+
+
+def login_required(view=None, *, in_view: bool = False):
+    """Require a live bearer token; the caller's id lands in ``g.user_id``. With
+    `in_view` and FUSED_ROUND_TRIPS the view checks the key itself (``confirm``):
+    that it did is checked when it returns."""
+    if view is None:
+        return lambda v: login_required(v, in_view=in_view)
+
     @wraps(view)
     def wrapped(*args, **kwargs):
+        fused = in_view and current_app.config["FUSED_ROUND_TRIPS"]
         try:
-            claims = live_claims(bearer_token())
+            claims = read_token(bearer_token()) if fused else live_claims(bearer_token())
         except TokenError as e:
-            raise Unauthorized(str(e), www_authenticate=WWWAuthenticate("bearer")) from None
+            raise unauthorized(e) from None
         g.user_id = claims["uid"]
         g.username = claims["name"]
-        return view(*args, **kwargs)
+        if fused:
+            g.token_key = claims["key"]
+        try:
+            answer = view(*args, **kwargs)
+        except HTTPException:
+            check_now()  # refused before its round trip: a dead token still answers 401
+            raise
+        if pending():
+            raise RuntimeError(f"{view.__name__} answered without checking the token")
+        return answer
     return wrapped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Blueprint, abort, g, jsonify
 
-from . import attempts, chat_store
+from . import attempts, chat_store, tokens
 from .redis_store import get_redis
 from .tokens import login_required
 from .validation import json_body, normalize_email, require_id
@@ -19,21 +19,32 @@ bp = Blueprint("users", __name__, url_prefix="/users")
 
 
 @bp.get("/me")
-@login_required
+@login_required(in_view=True)
 def me():
-    user = chat_store.get_user(get_redis(), g.user_id)
+    if tokens.pending():  # the user and the token's key: one HMGET
+        user, stored = chat_store.user_and_token_key(get_redis(), g.user_id)
+        tokens.confirm(stored)
+    else:
+        user = chat_store.get_user(get_redis(), g.user_id)
     if user is None:  # deleted between the token check and now
         abort(401, "user no longer exists; log in again")
     return jsonify(user)
 
 
 @bp.get("/getUserSecure/<path:email>")
-@login_required
+@login_required(in_view=True)
 def get_user_secure(email):
     """Yourself or a friend by email; 404 for anyone else (registered or not)."""
     r = get_redis()
     normalized = normalize_email(email)
-    user = chat_store.get_user_by_email(r, normalized) if normalized else None
+    user = None
+    if normalized and tokens.pending():  # the token and the email's user id: one round trip
+        stored, (user_id,) = chat_store.with_token_key(
+            r, g.user_id, lambda pipe: pipe.get(chat_store.email_key(normalized)))
+        tokens.confirm(stored)
+        user = chat_store.get_user(r, int(user_id)) if user_id is not None else None
+    elif normalized:
+        user = chat_store.get_user_by_email(r, normalized)
     if user is None or (user["id"] != g.user_id
                         and not chat_store.are_friends(r, g.user_id, user["id"])):
         abort(404, "unknown user")
@@ -41,9 +52,13 @@ def get_user_secure(email):
 
 
 @bp.get("/friends")
-@login_required
+@login_required(in_view=True)
 def friends():
-    return jsonify({"friends": chat_store.list_friends(get_redis(), g.user_id)})
+    if not tokens.pending():
+        return jsonify({"friends": chat_store.list_friends(get_redis(), g.user_id)})
+    found = chat_store.friends_checked(get_redis(), g.user_id, g.token_key)  # one round trip
+    tokens.confirm(None if found is None else g.token_key)
+    return jsonify({"friends": found})
 
 
 @bp.get("/friends/requests")

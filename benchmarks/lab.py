@@ -234,6 +234,8 @@ def cmd_list(args) -> int:
                 f"{s.socketio_transport}")
         if s.burst_every:
             say(f"    chat users in bursts every {s.burst_every:g} s (--chat-burst-every)")
+        if s.env:  # the app's settings other than its defaults (app/settings.py)
+            say(f"    app {' '.join(f'{name}={value}' for name, value in s.env.items())}")
         say(f"    see: {s.see}")
     return 0
 

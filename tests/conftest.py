@@ -133,6 +133,29 @@ def make_app(redis_url, redis_client):
         redis_store.close_pool(app)  # or its sockets linger until garbage collection
 
 
+def stage_config(key: str) -> dict:
+    """A stage's FLASK_* environment (its `env` in the registry) as app settings, parsed
+    as Flask's from_prefixed_env parses them."""
+    import json
+
+    from benchmarks import stages
+
+    def value(raw: str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+
+    return {name.removeprefix("FLASK_"): value(raw)
+            for name, raw in stages.get(key).env.items()}
+
+
+@pytest.fixture(params=["default", "stage 7"])
+def code_path_app(request, make_app):
+    """The app with the default code path, and with stage 7's (app/fast_path.py)."""
+    return make_app(**(stage_config("7") if request.param == "stage 7" else {}))
+
+
 @pytest.fixture
 def app(make_app):
     """The app in its default (pool) mode, on a freshly flushed database."""

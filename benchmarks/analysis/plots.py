@@ -228,7 +228,7 @@ def _latency_panel(bottom, m: pd.DataFrame, x) -> None:
     bottom.set_ylabel("latency, ms (log scale)")
     shown = [c for c in ("p95_ms", "p99_ms", "server_p95_ms") if c in m]
     low = max(1.0, float(m[shown].min().min()) / 2)
-    high = float(m[["p95_ms", "p99_ms"]].max().max()) * 3
+    high = float(m[["p95_ms", "p99_ms"]].max().max()) * 8  # room for the legend above the bars
     bottom.set_ylim(low, high)
     _plain_numbers(bottom.yaxis)
     bottom.set_title("Tail latency: 95% and 99% of requests were faster than",

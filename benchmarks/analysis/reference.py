@@ -25,7 +25,7 @@ copied files (a metric added since gets its value, None where it does not
 apply); `--recompute` does only that.
 `report.md`, `summary.csv` and the plots are written again by
 benchmarks/analysis/report.py from the copied files, so their links and numbers match
-the copy. The command ends with the copy's size (it should stay well under 1 MB).
+the copy. The command ends with the copy's size (it should stay under SIZE_LIMIT).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY
                results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
                results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
                results.COUNT_JSON, results.DELIVERY_JSON, results.SESSIONS_JSON)
-SIZE_LIMIT = 1_000_000  # bytes; the capture is committed, so it must stay small
+SIZE_LIMIT = 1_200_000  # bytes; the capture is committed, so it must stay small (16 stages)
 
 
 def _copy_history(src: Path, dest: Path) -> None:

@@ -9,6 +9,12 @@ from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from app.tokens import TOKEN_SALT
 
+
+@pytest.fixture
+def app(code_path_app):
+    """Every test here on both code paths: the default one and stage 7's."""
+    return code_path_app
+
 PASSWORD = "correct-horse-battery"  # what conftest's AuthActions registers with
 
 

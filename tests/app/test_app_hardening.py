@@ -16,6 +16,12 @@ import redis
 
 from app.health import KV_TTL
 
+
+@pytest.fixture
+def app(code_path_app):
+    """Every test here on both code paths: the default one and stage 7's."""
+    return code_path_app
+
 PASSWORD = "correct-horse-battery"  # what conftest's AuthActions registers with
 
 

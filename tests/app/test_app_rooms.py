@@ -8,6 +8,12 @@ import threading
 import pytest
 
 
+@pytest.fixture
+def app(code_path_app):
+    """Every test here on both code paths: the default one and stage 7's."""
+    return code_path_app
+
+
 def test_friendship_needs_both_sides(client, auth, redis_client):
     a, b = auth.user("amy"), auth.user("ben")
     # Asking is only asking: no friend yet, no email given away, asking again changes nothing.

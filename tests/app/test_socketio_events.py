@@ -16,6 +16,12 @@ from app.tokens import TOKEN_SALT
 
 
 @pytest.fixture
+def app(code_path_app):
+    """Every test here on both code paths: the default one and stage 7's."""
+    return code_path_app
+
+
+@pytest.fixture
 def connect(app):
     """``connect(**kwargs)``: a Socket.IO test client, disconnected afterwards."""
     socketio = app.extensions["socketio"]

@@ -19,6 +19,7 @@ import pytest
 import requests
 import socketio
 
+from benchmarks import stages
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
@@ -57,13 +58,16 @@ class Server:
         return client
 
 
-@pytest.fixture(scope="module", params=["eventlet", "gevent"])
+@pytest.fixture(scope="module", params=[("eventlet", "default"), ("gevent", "default"),
+                                        ("eventlet", "stage 7")], ids=" ".join)
 def server(request, redis_url, tmp_path_factory):
-    worker = request.param
+    """2 workers; the default code path on both worker types, stage 7's on eventlet."""
+    worker, code_path = request.param
     port = procs.free_port()
     log = tmp_path_factory.mktemp(f"gunicorn-{worker}") / "gunicorn.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASK_")}
-    env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret")
+    env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret",
+               **(stages.get("7").env if code_path == "stage 7" else {}))
     cmd = [sys.executable, "-m", "gunicorn", "-k", worker, "-w", "2",
            "-b", f"127.0.0.1:{port}", "--graceful-timeout", "3", "--timeout", "30",
            # gunicorn 25 otherwise opens a control socket at a fixed path in

@@ -822,7 +822,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
         "frobnicate --all",                                              # 2: unknown
         "python -m benchmarks.lab up 2 --no-such-flag",                  # 3
         "python -m benchmarks.lab up 99",                                # 4
-        "make lab STAGES=7",                                             # 5
+        "make lab STAGES=8",                                             # 5
         "python -m benchmarks.lab exec -- locust -f benchmarks/chat.py -t soon ChatUser",
         "locust -f benchmarks/kv.py --headless -u 5 ChatUser",           # 7
         "wrk -t2 -c10 -z 5 http://198.18.0.30:8000/kv/1",                # 8
@@ -840,7 +840,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
     found = [problem(c, refused) for c in commands]
     assert found[0].startswith(f"{doc}:2: `frobnicate --all`: no rule"), found[0]
     expected = {3: "unrecognized arguments: --no-such-flag", 4: "unknown stage '99'",
-                5: "unknown stage '7'", 6: "argument -t/--run-time", 7: "no user class",
+                5: "unknown stage '8'", 6: "argument -t/--run-time", 7: "no user class",
                 8: "wrk has no option -z", 9: "worker counts must be integers >= 1",
                 10: "-c gunicorn/no-such.conf.py: no such file"}
     for line, why in expected.items():

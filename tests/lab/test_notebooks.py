@@ -89,3 +89,7 @@ def test_runs_top_to_bottom(path, keys, tmp_path, monkeypatch):
         printed = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                           for out in cell.outputs)
         assert str(run_dir) in printed, f"{path.name} did not read LAB_RUN_DIR"
+    if path.name == "lab-analysis.ipynb":  # the reference keeps no profile.svg, and says so
+        shown = "".join(out.get("data", {}).get("text/markdown", "") for cell in nb.cells
+                        if cell.cell_type == "code" for out in cell.outputs)
+        assert "No stage of this run kept a flame graph" in shown
