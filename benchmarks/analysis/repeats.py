@@ -31,7 +31,8 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
     for repeat, root in enumerate(results.repeat_dirs(run_dir), start=1):
         for stage, folder in results.measured_stages(root):
             entry = found.setdefault(stage.key, {"stage": stage, "repeats": 0, "passed": 0,
-                                                 "failed_checks": [], "values": {}})
+                                                 "failed_checks": [], "values": {},
+                                                 "rps_by_repeat": {}})
             m = results.read_json(folder / results.METRICS_JSON)
             checks = results.read_json(folder / results.CHECKS_JSON)
             entry["repeats"] += 1
@@ -39,6 +40,7 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]
             for name in (*FIGURES, FOREIGN):
                 entry["values"].setdefault(name, []).append(m.get(name))
+            entry["rps_by_repeat"][repeat] = m.get("rps")
     for entry in found.values():
         for name in FIGURES:
             entry[name] = intervals.interval(entry["values"].get(name, []))
@@ -67,6 +69,15 @@ def steps(entries: dict) -> list[tuple[dict, dict, bool | None]]:
     ordered = list(entries.values())
     return [(a, b, intervals.significant(a["rps"], b["rps"]))
             for a, b in zip(ordered, ordered[1:], strict=False)]
+
+
+def paired(a: dict, b: dict) -> tuple[list[float], dict]:
+    """The step's RPS ratio b/a within each repeat that measured both, and its interval:
+    the stages ran side by side in each repeat, so a drift of the box that moved both
+    leaves their ratio alone."""
+    ratios = [b["rps_by_repeat"][k] / a["rps_by_repeat"][k] for k in a["rps_by_repeat"]
+              if a["rps_by_repeat"][k] and b["rps_by_repeat"].get(k) is not None]
+    return ratios, intervals.interval(ratios)
 
 
 def _round(value):

@@ -90,7 +90,9 @@ def repeats_section(run_dir: Path) -> str:
              "Each stage ran once per repeat, the stages interleaved (0,1,2,0,1,2...) so "
              "that a drift of the machine hits them alike. Mean [95% interval] over the "
              "repeats (Student's t: with 3 repeats the interval is wide). A step between "
-             "two stages whose RPS intervals overlap is *not significant on this box*.", "",
+             "two stages whose RPS intervals overlap is *not significant on this box*. "
+             "Each step also gives its ratio within each repeat, with that ratio's "
+             "interval: a slow spell of the box moves both stages of a repeat.", "",
              "| stage | passed every check | RPS | p95 ms | others' CPU %, each repeat |",
              "|---|---|---|---|---|"]
     lines += [f"| {e['stage'].dirname} | {e['passed']}/{e['repeats']} | {shown(e['rps'])} "
@@ -104,6 +106,12 @@ def repeats_section(run_dir: Path) -> str:
                    None: "no interval"}[apart]
         ratio = (f" ({b['rps']['mean'] / a['rps']['mean']:.2f}x)"
                  if a["rps"]["mean"] and b["rps"]["mean"] is not None else "")
+        ratios, iv = repeats.paired(a, b)
+        if iv["low"] is not None:  # the step in each repeat, which drift moves less
+            verdict += (f"; within each repeat {', '.join(f'{r:.2f}' for r in ratios)}x, "
+                        f"{iv['mean']:.2f} [{iv['low']:.2f}, {iv['high']:.2f}]")
+            if apart is False and not iv["low"] <= 1 <= iv["high"]:
+                verdict += ": the step held in every repeat, smaller than the stages' spread"
         lost = repeats.disturbed(a, limit) + repeats.disturbed(b, limit)
         why = (f" (in {lost} of their {a['repeats'] + b['repeats']} runs other processes "
                f"took over {limit:g}% of the server's CPUs: see What else ran)"

@@ -133,9 +133,11 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert ("- 0 -> 2 (1.00x): not significant on this box (in 1 of their 6 runs other "
-            "processes took over 10% of the server's CPUs" in text)
-    assert "- 2 -> 3 (2.00x): significant\n" in text
+    assert ("- 0 -> 2 (1.00x): not significant on this box; within each repeat 1.02, 0.95, "
+            "1.03x, 1.00 [" in text)
+    assert ("(in 1 of their 6 runs other processes took over 10% of the server's CPUs"
+            in text)
+    assert "- 2 -> 3 (2.00x): significant; within each repeat 1.97, 2.07, 1.97x, 2.00 [" in text
     assert "| 00-builtin | 3/3 | 300.0 [275.2, 324.8] | " in text and "| 1, 40, 1 |" in text
     assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
     assert text.count("(repeat ") == 1  # the only run past the limit
@@ -277,3 +279,15 @@ def test_reference_add_puts_a_runs_stages_beside_the_others(tmp_path, run_copy):
         **metrics_0, **{k: None for k in metrics.CATALOGUE if k not in metrics_0}}
     keys = [row["stage"] for row in read_summary(dest)[1]]
     assert keys == ["00-builtin", "02-connection-pool", "04-nginx-proxy"]
+
+
+def test_a_step_within_each_repeat_is_paired_by_repeat():
+    """Stage b doubled a in every repeat, while both drifted together: the stages'
+    intervals overlap, the step's own ratio does not hold 1."""
+    a = {"rps_by_repeat": {1: 200.0, 2: 400.0, 3: 300.0}}
+    b = {"rps_by_repeat": {1: 410.0, 2: 790.0, 3: 600.0, 4: 1.0}}  # 4: a missed it
+    ratios, iv = repeats.paired(a, b)
+    assert [round(r, 3) for r in ratios] == [2.05, 1.975, 2.0]
+    assert iv["n"] == 3 and 1.8 < iv["low"] < 2.0 < iv["high"] < 2.2
+    spread = intervals.interval(a["rps_by_repeat"].values())
+    assert intervals.significant(spread, intervals.interval([410.0, 790.0, 600.0])) is False
