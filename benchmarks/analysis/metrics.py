@@ -138,7 +138,9 @@ CATALOGUE: dict[str, Metric] = {
     "foreign_cpu_p95": Metric(f"{_SAMPLER} foreign_cpu_server",
                               "95th percentile of that share over the samples"),
     "client_foreign_cpu_pct": Metric(f"{_SAMPLER} foreign_cpu_client",
-                                     "mean share of Locust's CPU set used by other processes"),
+                                     "mean share of Locust's CPU set used by processes other "
+                                     "than Locust and the sampler: the lab's py-spy counts "
+                                     "here (about 20% of a core at 50 Hz)"),
     # the kernel's own counters, each host's, while the load ran (None: a run without hosts)
     "tw_overflow": Metric(f"{_SAMPLER} tw_overflow_HOST",
                           "TIME_WAIT sockets the kernel did not keep (TCPTimeWaitOverflow: "
