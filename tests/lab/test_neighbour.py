@@ -7,7 +7,6 @@ lab says so rather than letting the stage's number stand for the stage.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import cpu_sets, csvfile, loop
+from benchmarks.profile import record
 from benchmarks.run import results
 from benchmarks.sandbox import procs
 
@@ -35,6 +36,19 @@ def busy_loop(seconds: float, cpu: int = SERVER_CPU):
         yield proc
     finally:
         procs.stop(proc)
+
+
+def venv_without_py_spy(where: Path) -> Path:
+    """The venv's view with every command but py-spy: its python (pyvenv.cfg beside it,
+    so the same packages), flask, gunicorn, locust... The lab finds its tools there."""
+    real = Path(sys.executable).parent
+    (where / "bin").mkdir(parents=True)
+    for tool in real.iterdir():
+        if tool.name != record.PY_SPY:
+            (where / "bin" / tool.name).symlink_to(tool)
+    for name in ("lib", "pyvenv.cfg"):
+        (where / name).symlink_to(real.parent / name)
+    return where / "bin" / "python"
 
 
 def test_the_sampler_counts_a_loop_it_does_not_know_as_foreign(tmp_path):
@@ -66,34 +80,47 @@ def test_cpu_set_specs_are_checked():
 def test_the_pre_flight_names_a_busy_process_but_not_the_labs_own():
     with busy_loop(5) as spin, subprocess.Popen(["sleep", "5"]) as other:
         try:
-            found = cpu_sets.at_rest(1.0, {"server": {SERVER_CPU}}, exclude=other.pid)
-            ours = cpu_sets.at_rest(1.0, {"server": {SERVER_CPU}})
+            found = cpu_sets.at_rest(1.0, {"server": {SERVER_CPU}}, exclude=other.pid,
+                                     top=1000)
+            ours = cpu_sets.at_rest(1.0, {"server": {SERVER_CPU}}, top=1000)
         finally:
             other.kill()
     assert found["busy_pct"]["server"] >= 60, found
-    top = found["busiest"][0]
-    assert top["pid"] == spin.pid and top["cpu_pct"] >= 30 and "python" in top["name"], found
+    # (another test may run something busier: the loop need not be the first)
+    loop_row = next(p for p in found["busiest"] if p["pid"] == spin.pid)
+    assert loop_row["cpu_pct"] >= 20 and "python" in loop_row["name"], found
     assert spin.pid not in {p["pid"] for p in ours["busiest"]}, ours  # the test's own child
 
 
 @pytest.mark.netns
 @pytest.mark.slow
-def test_a_busy_neighbour_on_the_server_core_is_flagged_with_the_throughput_lost(tmp_path):
+def test_a_busy_box_without_py_spy_is_said_and_flagged_and_the_run_passes(tmp_path):
+    """One run, two things a user meets on a real box: no py-spy (said once, every stage
+    measured without profiles) and a busy loop on the server's core (named by the
+    pre-flight, flagged in the report with the throughput it cost). Checks that read a
+    rate may fail under the loop: they are not judged here."""
+    python = venv_without_py_spy(tmp_path / "venv")
+    env = {**os.environ, "PATH": f"{python.parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert subprocess.run(["which", "py-spy"], env=env).returncode != 0
     with busy_loop(60):
-        run = subprocess.run(
-            [sys.executable, "-m", "benchmarks.lab", "run", "--stages", "2", "--duration",
-             "4", "--warmup", "1", "--users", "10", "--no-screenshots", "--results",
-             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        run = subprocess.run([str(python), "-m", "benchmarks.lab", "run", "--stages", "0,2",
+                              "--duration", "3", "--warmup", "1", "--no-screenshots",
+                              "--results", str(tmp_path / "results")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.stdout.count("py-spy not found") == 1 and record.INSTALL in run.stdout
     assert "pre-flight" in run.stdout and "busiest other processes: " in run.stdout
-    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir() and p.name[:1].isdigit())
-    info = results.run_info(run_dir)
-    assert info["at_rest"]["busy_pct"]["server"] >= 60, info["at_rest"]
-    m = json.loads((run_dir / "02-connection-pool" / results.METRICS_JSON).read_text())
+    run_dir = (tmp_path / "results" / "latest").resolve()
+    assert results.run_info(run_dir)["at_rest"]["busy_pct"]["server"] >= 60
+    for key in ("0", "2"):  # measured and checked, without a profile or its check
+        folder = run_dir / stages.get(key).dirname
+        assert not (folder / results.PROFILE_SVG).exists()
+        checks = results.read_json(folder / results.CHECKS_JSON)
+        assert checks and "cpu_share_redis_connect" not in {c["name"] for c in checks}
+    m = results.read_json(run_dir / "02-connection-pool" / results.METRICS_JSON)
     assert m["foreign_cpu_pct"] > metrics.FOREIGN_CPU_LIMIT, m["foreign_cpu_pct"]
-    assert m["foreign_cpu_p95"] >= m["foreign_cpu_pct"]
-    report = (run_dir / results.REPORT_MD).read_text()
-    section = report.split("## What else ran")[1].split("\n## ")[0]
+    section = (run_dir / results.REPORT_MD).read_text().split("## What else ran")[1]
+    section = section.split("\n## ")[0]
     estimate = metrics.neighbour_cost(m)
     assert estimate > m["rps"]
     assert f"**02-connection-pool**: other processes used {m['foreign_cpu_pct']:g}%" in section

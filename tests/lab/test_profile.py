@@ -1,14 +1,14 @@
-"""Where the CPU goes (issue 18): py-spy on the app server, its flame graph, the buckets.
+"""Where the CPU goes: py-spy on the app server, its flame graph, the buckets.
 
 The classifier and the flame graph read real py-spy output: tests/lab/data/ holds
 stacks recorded from stages 0 and 2 of a real lab run (the heaviest stack of each
-bucket, and a Redis handshake's command). The rest runs real py-spy: on a busy
-Python process, and in short lab runs (marked slow), with and without it.
+bucket, and a Redis handshake's command). The rest runs real py-spy on a busy Python
+process. Every stage of test_lab.py's full run is profiled, and
+test_neighbour.py runs the lab without py-spy.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -16,12 +16,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_lab import lab
 
 from benchmarks import lab as lab_cli
-from benchmarks import stages
 from benchmarks.profile import buckets, flamegraph, folded, record
-from benchmarks.run import options, results, runner
+from benchmarks.run import options, results
 
 DATA = Path(__file__).parent / "data"
 STAGE0, STAGE2 = DATA / "py-spy-stage0.folded", DATA / "py-spy-stage2.folded"
@@ -123,59 +121,3 @@ def test_recording_off_or_interrupted_leaves_nothing_running(tmp_path):
         target.wait()
     assert not py_spies()
     assert not (tmp_path / "off").exists()
-
-
-@pytest.mark.netns
-@pytest.mark.slow
-def test_a_stage_is_profiled_and_its_cpu_split(tmp_path):
-    proc = lab("run", "--stages", "2", "--duration", "3", "--warmup", "1", "--no-screenshots",
-               "--results", str(tmp_path), timeout=180)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    folder = (tmp_path / "latest").resolve() / stages.get("2").dirname
-    assert (folder / results.PROFILE_SVG).read_text().startswith("<svg")
-    stacks = (folder / results.PROFILE_STACKS).read_text()
-    assert "SyncWorker.handle_request" in stacks  # a gunicorn worker, not only its master
-    m = results.read_json(folder / results.METRICS_JSON)
-    shares = [m[f"cpu_share_{b}"] for b in buckets.BUCKETS]
-    assert sum(shares) == pytest.approx(1, abs=0.01)
-    assert m["server_cpu_ms_per_request"] >= m["app_cpu_ms_per_request"] > 0
-    checks = {c["name"]: c for c in results.read_json(folder / results.CHECKS_JSON)}
-    assert checks["cpu_share_redis_connect"]["passed"], checks["cpu_share_redis_connect"]
-    assert "py-spy" not in proc.stdout
-    assert not runner.started_by(proc.pid)
-
-
-def venv_without_py_spy(where: Path) -> Path:
-    """The venv's view with every command but py-spy: its python (pyvenv.cfg beside it,
-    so the same packages), flask, gunicorn, locust... The lab finds its tools there."""
-    real = Path(sys.executable).parent
-    (where / "bin").mkdir(parents=True)
-    for tool in real.iterdir():
-        if tool.name != record.PY_SPY:
-            (where / "bin" / tool.name).symlink_to(tool)
-    for name in ("lib", "pyvenv.cfg"):
-        (where / name).symlink_to(real.parent / name)
-    return where / "bin" / "python"
-
-
-@pytest.mark.netns
-@pytest.mark.slow
-def test_without_py_spy_the_run_says_so_once_and_passes(tmp_path):
-    python = venv_without_py_spy(tmp_path / "venv")
-    path = f"{python.parent}:/usr/sbin:/usr/bin:/sbin:/bin"
-    env = {**os.environ, "PATH": path}
-    assert subprocess.run(["which", "py-spy"], env=env).returncode != 0
-    proc = subprocess.run([str(python), "-m", "benchmarks.lab", "run", "--stages", "0,2",
-                           "--duration", "3", "--warmup", "1", "--no-screenshots",
-                           "--results", str(tmp_path / "results")],
-                          cwd=stages.ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert proc.stdout.count("py-spy not found") == 1, proc.stdout
-    assert record.INSTALL in proc.stdout
-    run_dir = (tmp_path / "results" / "latest").resolve()
-    for key in ("0", "2"):
-        folder = run_dir / stages.get(key).dirname
-        assert not (folder / results.PROFILE_SVG).exists()
-        checks = results.read_json(folder / results.CHECKS_JSON)
-        assert checks and all(c["passed"] for c in checks), checks
-        assert "cpu_share_redis_connect" not in {c["name"] for c in checks}
