@@ -46,7 +46,7 @@ def environment() -> dict:
             "python": platform.python_version()}
 
 
-PREFLIGHT_S = 2.0  # seconds the box is watched at rest before the first stage
+PREFLIGHT_S = 1.0  # seconds the box is watched at rest before the first stage
 
 
 def at_rest(placement: hosts.Placement) -> tuple[dict, str]:
