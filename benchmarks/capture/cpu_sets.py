@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 
-from benchmarks.capture.kernel import CLK_TCK, scan_processes
+from benchmarks.capture.kernel import CLK_TCK, children_of, scan_processes
 from benchmarks.sandbox.hosts import parse_cpus
 
 # /proc/stat's cpuN fields after the name: user nice system idle iowait irq softirq steal
@@ -111,9 +111,7 @@ def at_rest(seconds: float, sets: Mapping[str, Iterable[int]], exclude: int | No
 
 
 def _tree(stats: Mapping, root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, st in stats.items():
-        children.setdefault(st[0], []).append(pid)
+    children = children_of(stats)
     found, todo = set(), [root]
     while todo:
         pid = todo.pop()

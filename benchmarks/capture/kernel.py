@@ -451,3 +451,11 @@ def scan_processes() -> dict[int, tuple[int, int, int, int, int]]:
     return stats
 
 
+
+
+def children_of(stats: dict) -> dict[int, list[int]]:
+    """ppid -> its children's pids, from scan_processes()."""
+    children: dict[int, list[int]] = {}
+    for pid, st in stats.items():
+        children.setdefault(st[0], []).append(pid)
+    return children

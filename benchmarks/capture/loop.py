@@ -20,6 +20,7 @@ from benchmarks.capture.kernel import (
     NETNS_DIR,
     TCP_ESTABLISHED,
     TCP_TIME_WAIT,
+    children_of,
     host_addresses,
     scan_processes,
 )
@@ -116,9 +117,7 @@ class Sampler:
 
     def _procs(self, dt: float | None) -> list[tuple[float | None, float | None]]:
         stats = scan_processes()
-        children: dict[int, list[int]] = {}
-        for pid, st in stats.items():
-            children.setdefault(st[0], []).append(pid)
+        children = children_of(stats)
         return [c.update(stats, children, dt) for c in self.components]
 
     def sample(self) -> list:

@@ -104,10 +104,7 @@ class CpuMeter:
 
     def _read(self, dt):
         stats = kernel.scan_processes()
-        children: dict[int, list[int]] = {}
-        for pid, st in stats.items():
-            children.setdefault(st[0], []).append(pid)
-        return self.servers.update(stats, children, dt)[0]
+        return self.servers.update(stats, kernel.children_of(stats), dt)[0]
 
     def figures(self, rps: float) -> dict:
         """server_ms: the servers' CPU ms per answered request; client_cpu: % of a core."""
