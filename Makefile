@@ -4,9 +4,13 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# Lab knobs (see README): which stages, seconds measured per stage, how many times
+# The book's eventlet stages run from an environment of their own (gunicorn 25.3 with
+# eventlet; gunicorn 26 removed that worker): benchmarks/stages.py ENVIRONMENTS.
+VENV_EVENTLET := .venv-eventlet
+# Lab knobs (see README): which stages (a set: main, gevent, scale-out, failures,
+# today, everything; or keys), seconds measured per stage, how many times
 # each stage runs (interleaved), Locust users.
-STAGES ?= all
+STAGES ?= main
 DURATION ?= 30
 REPEATS ?= 1
 USERS ?= 50
@@ -20,7 +24,7 @@ SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:
 
 .PHONY: setup system-packages test test-fast lint lab book clean
 
-setup: system-packages $(VENV)/.installed
+setup: system-packages $(VENV)/.installed $(VENV_EVENTLET)/.installed
 
 system-packages:
 	@missing=""; \
@@ -40,10 +44,21 @@ system-packages:
 	  fi; \
 	fi
 
-$(VENV)/.installed: requirements.txt
+# The current stack (everything but the eventlet servers). A .venv made before the
+# split may still hold eventlet: nothing here may import it, so it goes.
+$(VENV)/.installed: requirements.txt requirements-app.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	@$(PY) -m pip uninstall --quiet --yes eventlet 2>/dev/null || true
+	$(PY) -m pip check
+	@touch $@
+
+$(VENV_EVENTLET)/.installed: requirements-eventlet.txt requirements-app.txt
+	@test -x $(VENV_EVENTLET)/bin/python || $(PYTHON) -m venv $(VENV_EVENTLET)
+	$(VENV_EVENTLET)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_EVENTLET)/bin/python -m pip install --quiet -r requirements-eventlet.txt
+	$(VENV_EVENTLET)/bin/python -m pip check
 	@touch $@
 
 # Two pytest processes, a test file each at a time (pytest-xdist): most tests wait on
@@ -70,4 +85,4 @@ book: setup
 	$(PY) -m benchmarks.lab book --duration $(DURATION) $(LAB_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_EVENTLET) .pytest_cache .ruff_cache

@@ -65,6 +65,19 @@ def detect_async_mode() -> str:
     return "threading"
 
 
+def async_mode(app: Flask) -> str:
+    """The Socket.IO async mode: what the process runs (`detect_async_mode`), checked
+    against the one the configuration states (SOCKETIO_ASYNC_MODE; "auto" takes it).
+    A mismatch is said once in the log: a stage's server that runs another worker than
+    its settings say (a command such as `flask seed-users` runs no worker at all)."""
+    running, stated = detect_async_mode(), app.config["SOCKETIO_ASYNC_MODE"]
+    if stated not in ("auto", running):
+        app.logger.warning("SOCKETIO_ASYNC_MODE is %r but this process runs %r: serving "
+                           "Socket.IO in %r mode (gunicorn -k gthread runs threading, "
+                           "-k gevent gevent)", stated, running, running)
+    return running
+
+
 def redis_error_body(e: RedisError) -> dict:
     """503 for a Redis that cannot serve now, 500 (logged) for anything else."""
     message = redis_unavailable(e)
@@ -165,7 +178,7 @@ def init_app(app: Flask) -> SocketIO:
     """Create this app's SocketIO server and register the events."""
     config = app.config
     options = {
-        "async_mode": detect_async_mode(),
+        "async_mode": async_mode(app),
         "cors_allowed_origins": config["CORS_ALLOWED_ORIGINS"],
         "max_http_buffer_size": config["MAX_CONTENT_LENGTH"],
         "transports": config["SOCKETIO_TRANSPORTS"],

@@ -74,6 +74,11 @@ DEFAULTS = {
     # Engine.IO transports the server accepts: the stages' clients use the
     # websocket only; "polling,websocket" for a stage that teaches polling.
     "SOCKETIO_TRANSPORTS": "websocket",
+    # Flask-SocketIO's async mode: "auto" asks what the server runs (app/realtime.py:
+    # eventlet or gevent when that library patched the standard library, else
+    # threading); a stage states its own (FLASK_SOCKETIO_ASYNC_MODE=threading under
+    # gunicorn's gthread worker), and a mode that does not match what runs is refused.
+    "SOCKETIO_ASYNC_MODE": "auto",
     # Seconds a client has, after the Engine.IO handshake, to connect to
     # Socket.IO with a valid token; then its session is closed (socket_guard.py).
     "SOCKETIO_AUTH_TIMEOUT": 5.0,
@@ -100,6 +105,7 @@ DEFAULTS = {
 JSON_PROVIDERS = ("stdlib", "orjson")
 
 TRANSPORTS = ("polling", "websocket")
+ASYNC_MODES = ("auto", "threading", "eventlet", "gevent")
 
 _INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "IDEMPOTENCY_TTL", "PASSWORD_MIN_LENGTH",
          "MESSAGE_MAX_LENGTH", "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
@@ -185,6 +191,9 @@ def validate(config: dict, logger: logging.Logger) -> None:
 
     config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
     config["SOCKETIO_TRANSPORTS"] = transports(config.get("SOCKETIO_TRANSPORTS"))
+    if config.get("SOCKETIO_ASYNC_MODE") not in ASYNC_MODES:
+        raise ConfigError(f"SOCKETIO_ASYNC_MODE (FLASK_SOCKETIO_ASYNC_MODE) must be one of "
+                          f"{', '.join(ASYNC_MODES)}, not {config.get('SOCKETIO_ASYNC_MODE')!r}")
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))

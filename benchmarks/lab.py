@@ -1,6 +1,6 @@
 """The lab's command line.
 
-    python -m benchmarks.lab run [--stages all] [--duration 30] [--users 50]
+    python -m benchmarks.lab run [--stages main] [--duration 30] [--users 50]
     python -m benchmarks.lab book              # the book's benchmark, beside its figures
     python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C, with Locust's web
                                                # UI at http://127.0.0.1:8089 (--ui-port)
@@ -220,24 +220,37 @@ def cmd_exec(args) -> int:
 
 
 def cmd_list(args) -> int:
-    for s in stages.STAGES:
-        if s is stages.FAILURES[0]:
-            say("failures (make lab STAGES=failures: each beside its base stage; lab 11):")
-        front = f"nginx/{s.front}" if s.front else "no proxy"
-        say(f"{s.key:>2}  {s.slug}: {s.title}")
-        for role in s.app_roles:
-            say(f"    {' '.join(s.server_command(stages.ADDRESS[role]))}")
-        say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
-            f"users {' '.join(s.users)}")
-        if s.balance or s.socketio_transport != "websocket":
-            say(f"    Nginx upstream {s.balance or 'round robin'}, Socket.IO users on "
-                f"{s.socketio_transport}")
-        if s.burst_every:
-            say(f"    chat users in bursts every {s.burst_every:g} s (--chat-burst-every)")
-        if s.env:  # the app's settings other than its defaults (app/settings.py)
-            say(f"    app {' '.join(f'{name}={value}' for name, value in s.env.items())}")
-        say(f"    see: {s.see}")
+    say("sets, for make lab STAGES=NAME (a set of twins runs with the base stages they are "
+        "measured against):")
+    for named in stages.SETS.values():
+        keys = ",".join(s.key for s in stages.select(named.name))
+        say(f"  {named.name:<10} {keys:<22} {named.about} ({named.lab})")
+    say(f"  {stages.EVERYTHING:<10} {'every stage':<22} all of the above")
+    for named in stages.SETS.values():
+        say(f"{named.name}: make lab STAGES={named.name} ({named.lab})")
+        for s in (s for s in stages.STAGES if s.set_name == named.name):
+            say_stage(s)
     return 0
+
+
+def say_stage(s: stages.Stage) -> None:
+    """A stage as `lab list` shows it: its server commands, environment and settings."""
+    front = f"nginx/{s.front}" if s.front else "no proxy"
+    say(f"{s.key:>2}  {s.slug}: {s.title}")
+    for role in s.app_roles:
+        say(f"    {' '.join(s.server_command(stages.ADDRESS[role]))}")
+    env = stages.ENVIRONMENTS[s.environment]
+    say(f"    from {env.venv}: {env.holds}")
+    say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
+        f"users {' '.join(s.users)}")
+    if s.balance or s.socketio_transport != "websocket":
+        say(f"    Nginx upstream {s.balance or 'round robin'}, Socket.IO users on "
+            f"{s.socketio_transport}")
+    if s.burst_every:
+        say(f"    chat users in bursts every {s.burst_every:g} s (--chat-burst-every)")
+    if s.env:  # the app's settings other than its defaults (app/settings.py)
+        say(f"    app {' '.join(f'{name}={value}' for name, value in s.env.items())}")
+    say(f"    see: {s.see}")
 
 
 def cmd_clean(args) -> int:
@@ -261,9 +274,9 @@ def cmd_clean(args) -> int:
 
 def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
     """`lab run`'s options (options.from_args reads them)."""
-    run.add_argument("--stages", default="all",
-                     help="all (the main line), failures (lab 11's twins, each beside its "
-                          "base stage), or keys/slugs: 0,1,2 or 3g")
+    run.add_argument("--stages", default="main",
+                     help=f"sets ({', '.join(stages.SETS)}, {stages.EVERYTHING}; `lab list` "
+                          "shows them) or keys/slugs: 0,1,2 or 3g")
     run.add_argument("--duration", type=float, default=defaults.duration,
                      help="seconds measured per stage")
     run.add_argument("--users", type=int, default=defaults.users, help="Locust users")

@@ -20,6 +20,44 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.checks import (  # the stages' checks, each with its reason
+    CONNECT_CPU_GONE,
+    CUT_OFF,
+    DELIVERED,
+    EADDRNOTAVAIL,
+    FAILED,
+    FRONT_CHURN,
+    FRONT_CLOSE_HEADER,
+    FRONT_KEEPALIVE,
+    FRONT_REUSED,
+    LISTEN_OVERFLOWED,
+    NO_400S,
+    NO_EADDRNOTAVAIL,
+    NO_FAILURES,
+    NO_SEQ_GAPS,
+    NOT_ENOUGH,
+    PINNED,
+    POLLING_400S,
+    POLLING_FAILS,
+    POLLING_WORKS,
+    PORTS_EXHAUSTED,
+    POST_502,
+    RACED,
+    REDIS_CHURN,
+    REDIS_OPEN,
+    REDIS_REUSED,
+    SPREAD_HIGH,
+    SPREAD_LOW,
+    SYN_RETRIED,
+    TOKEN_CPU_DOWN,
+    TW_CAPPED,
+    TW_OVERFLOWED,
+    TWO_KEYS,
+    UPSTREAM_REUSED,
+    WEBSOCKETS_SERVED,
+    Check,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The topology: a host per role, each a network namespace with one address in
@@ -57,6 +95,36 @@ FRONT_PORT = 8080
 # Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
 NGINX_WORKER_CONNECTIONS = 4096
 
+# Server environments: the venv a stage's servers start from, both made by `make
+# setup`. gunicorn 26.0 removed the eventlet worker and eventlet is being retired, so
+# the book's eventlet stages run on the last gunicorn that has it, in an environment
+# that holds only what those servers need; everything else (the other servers,
+# Locust, the tools, the tests) runs on the current releases.
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    venv: str  # its folder, from the repository root
+    requirements: str  # what `make setup` installs into it
+    holds: str  # one line for `lab list` and the docs
+
+
+CURRENT = "current"
+EVENTLET = "eventlet"
+ENVIRONMENTS = {e.name: e for e in (
+    Environment(CURRENT, ".venv", "requirements.txt",
+                "today's releases (gunicorn 27, gevent)"),
+    Environment(EVENTLET, ".venv-eventlet", "requirements-eventlet.txt",
+                "gunicorn 25.3 with eventlet, the book's worker (gone in gunicorn 26)"),
+)}
+
+
+
+def worker_environment(worker_class: str) -> str:
+    """The environment whose gunicorn has this worker class: eventlet's is only in the
+    old gunicorn; sync, gthread and gevent are in today's."""
+    return EVENTLET if worker_class == "eventlet" else CURRENT
+
+
 # Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
 # the venv's (the docs say `source .venv/bin/activate` first). A gunicorn stage's
 # settings live in its config file under gunicorn/ (what a user copies to a real
@@ -64,9 +132,15 @@ NGINX_WORKER_CONNECTIONS = 4096
 BUILTIN = ("flask", "--app", "app", "run", "--host", "{app_host}", "--port", "{app_port}")
 GUNICORN_SYNC = ("gunicorn", "-c", "gunicorn/sync.conf.py", "-b", "{app_host}:{app_port}",
                  "app.wsgi:app")
-# gunicorn 26 removed the eventlet worker: requirements.txt pins 25.x for this stage.
+# gunicorn 26 removed the eventlet worker: the stages that run it name the `eventlet`
+# environment (gunicorn 25.3).
 GUNICORN_EVENTLET = ("gunicorn", "-c", "gunicorn/eventlet.conf.py", "-b", "{app_host}:{app_port}",
                      "app.wsgi:app")
+GUNICORN_GTHREAD = ("gunicorn", "-c", "gunicorn/gthread.conf.py", "-b", "{app_host}:{app_port}",
+                    "app.wsgi:app")
+# Stage 8, today's stack: the worker and settings the measurements picked (lab 13).
+GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:{app_port}",
+                  "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
                    "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
@@ -91,26 +165,23 @@ HTTP_USERS = ("ChatUser",)
 ASYNC_USERS = ("ChatUser", "SocketIOChatUser")
 
 
+# Named sets: `make lab` runs the main line; every twin is in one set of its own, which
+# runs with the base stages its twins are measured against (`--stages gevent`).
 @dataclass(frozen=True)
-class Check:
-    """An expected phenomenon: `metric op threshold`, with the reason."""
+class StageSet:
+    name: str
+    lab: str  # the lab that teaches it (exercises/NN-*.md)
+    about: str
 
-    metric: str
-    op: str  # ">=", "<=" or "=="
-    threshold: float
-    why: str
-    # left out when its metric is None: a figure only some runs have (py-spy's, when
-    # it is installed and allowed), whose absence says nothing about the stage
-    optional: bool = False
 
-    def expected(self) -> str:
-        return f"{self.metric} {self.op} {self.threshold:g}"
-
-    def passes(self, value: float | None) -> bool:
-        if value is None:
-            return False
-        return {">=": value >= self.threshold, "<=": value <= self.threshold,
-                "==": value == self.threshold}[self.op]
+SETS = {s.name: s for s in (
+    StageSet("main", "labs 01-06, 12, 13", "the main line, one change a step (make lab)"),
+    StageSet("gevent", "labs 04-06", "the eventlet stages' gevent twins, beside them"),
+    StageSet("scale-out", "lab 10", "two app hosts: round robin, polling, sticky sessions"),
+    StageSet("failures", "lab 11", "failures from production, each beside its base stage"),
+    StageSet("today", "lab 13", "today's workers beside the book's eventlet: gthread"),
+)}
+EVERYTHING = "everything"  # every stage of every set
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +197,7 @@ class Stage:
     checks: tuple[Check, ...]
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
-    failure: bool = False  # a failure twin: in the `failures` set, not in `all` (lab 11)
+    set_name: str = "main"  # its named set (SETS): the main line, or a set of twins
     worker_connections: int = NGINX_WORKER_CONNECTIONS  # Nginx's, per worker process
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
@@ -134,8 +205,13 @@ class Stage:
     socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
     client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
     burst_every: float = 0.0  # the chat users' bursts (--chat-burst-every); 0: a steady load
+    environment: str = CURRENT  # the venv its servers start from (ENVIRONMENTS)
 
     def __post_init__(self):
+        if self.set_name not in SETS:
+            raise ValueError(f"stage {self.key}: set_name is one of {', '.join(SETS)}")
+        if self.environment not in ENVIRONMENTS:
+            raise ValueError(f"stage {self.key}: environment is one of {', '.join(ENVIRONMENTS)}")
         if not 1 <= self.app_hosts <= len(APP_ROLES):
             raise ValueError(f"stage {self.key}: app_hosts must be 1-{len(APP_ROLES)}")
         if self.app_hosts > 1 and not self.front:
@@ -144,6 +220,11 @@ class Stage:
             raise ValueError(f"stage {self.key}: client_hosts must be 1-{len(CLIENT_ROLES)}")
         if self.socketio_transport not in ("websocket", "polling"):
             raise ValueError(f"stage {self.key}: socketio_transport is websocket or polling")
+
+    @property
+    def failure(self) -> bool:
+        """A failure twin (lab 11): it runs only beside its base stage."""
+        return self.set_name == "failures"
 
     @property
     def dirname(self) -> str:
@@ -220,106 +301,14 @@ class Stage:
         return {"redis": redis_port, "front": app_port}
 
 
-def _ge(metric, threshold, why):
-    return Check(metric, ">=", threshold, why)
-
-
-def _le(metric, threshold, why):
-    return Check(metric, "<=", threshold, why)
-
-
-def _eq(metric, threshold, why):
-    return Check(metric, "==", threshold, why)
-
-
-REDIS_CHURN = _ge("tw_redis_per_request", 0.5,
-                  "a new Redis connection per request, closed by the app: "
-                  "one TIME_WAIT toward Redis per request")
-REDIS_REUSED = _le("tw_redis_per_request", 0.05,
-                   "the pool reuses its Redis connections: no TIME_WAIT toward Redis")
-# Stage 1 spent 0.67 of the app's profiled CPU connecting to and closing Redis (issue 18's
-# run, benchmarks/profile/buckets.py; stage 2 then 0.002); the pool should cut that by more
-# than 80%: below 0.2 x 0.67.
-CONNECT_CPU_GONE = Check("cpu_share_redis_connect", "<=", 0.13,
-                         "the pool connects once per worker: connecting to and closing Redis, "
-                         "0.67 of the app's CPU in stage 1, drops by more than 80% (py-spy)",
-                         optional=True)
-# Stage 5 spent 0.03-0.05 of the app's profiled CPU in the token check (issue 18's runs),
-# stage 7 0.013-0.019: its signature checked once per process, its key in the view's own
-# round trip. (Stage 7's CPU per request against stage 5's: tests/lab/test_lab.py.)
-TOKEN_CPU_DOWN = Check("cpu_share_token", "<=", 0.03,
-                       "the token's signature checked once per process, its key fetched in "
-                       "the view's own round trip to Redis: the check's share of the app's "
-                       "CPU drops (py-spy)", optional=True)
-REDIS_OPEN = _ge("estab_redis_peak", 1, "the pool's connections stay ESTABLISHED")
-FRONT_CHURN = _ge("tw_front_per_request", 0.2,
-                  "a sync worker answers `Connection: close`: a client connection opened "
-                  "and closed per request (under heavy load fewer than one TIME_WAIT each: "
-                  "a client reconnecting from the same port takes over the server's)")
-FRONT_CLOSE_HEADER = _eq("server_keepalive", 0, "the app answers `Connection: close`")
-FRONT_KEEPALIVE = _eq("server_keepalive", 1, "the app answers `Connection: keep-alive`")
-FRONT_REUSED = _le("tw_front_per_request", 0.05,
-                   "clients keep their connection: no TIME_WAIT on the entry port")
-PORTS_EXHAUSTED = _ge("upstream_ports_in_time_wait", 0.9,
-                      "Nginx closes every upstream connection and holds its local port "
-                      "for 60 s: the narrowed port range fills up")
-EADDRNOTAVAIL = _ge("nginx_eaddrnotavail", 1,
-                    "Nginx logs `(99: Cannot assign requested address)`")
-FAILED = _ge("failures", 1, "requests fail with 502 once no local port is free")
-UPSTREAM_REUSED = _le("tw_upstream_per_request", 0.05,
-                      "Nginx reuses its cached upstream connections: ~0 TIME_WAIT")
-NO_EADDRNOTAVAIL = _eq("nginx_eaddrnotavail", 0, "no connect() failure in Nginx's error log")
-NO_FAILURES = _eq("failures", 0, "every request answered")
-SPREAD_LOW = _ge("app_share_min", 0.35,
-                 "Nginx spreads the requests: each app host answers at least 35% (its access log)")
-SPREAD_HIGH = _le("app_share_max", 0.65, "and none answers more than 65%")
-DELIVERED = _eq("cross_host_delivered", 1,
-                "a message sent on one app host reaches a room member connected to the "
-                "other: the app servers share Socket.IO's rooms through Redis")
-NO_SEQ_GAPS = _eq("cross_host_seq_gaps", 0, "the member sees the room's `seq` without a gap")
-POLLING_400S = _ge("sio_session_400s", 1,
-                   "round robin sends a polling session's requests to either app host; the "
-                   "one that did not open the session answers 400")
-POLLING_FAILS = _ge("sio_failures", 1, "so the Socket.IO users fail to connect")
-POLLING_WORKS = _eq("sio_failures", 0,
-                    "every poll of a session reaches the app host that opened it")
-NO_400S = _eq("sio_session_400s", 0, "no poll lands on a host without its session")
-PINNED = _ge("app_share_max", 0.99,
-             "ip_hash keys an IPv4 client on its first three octets: every client of the "
-             "lab's 198.18.0.0/24 lands on one app host")
-TWO_KEYS = _ge("app_share_max", 0.99,
-               "the hash has two keys, the client hosts' addresses, and on Nginx's "
-               "consistent-hash ring both fall to one app host: a hash spreads many "
-               "clients, not two load generators")
-TW_CAPPED = _le("tw_redis_peak", 4096,
-                "TIME_WAIT stops at net.ipv4.tcp_max_tw_buckets (4,096 here, as in seed 004's "
-                "`ss -s`): the app host keeps no more")
-TW_OVERFLOWED = _ge("tw_overflow", 1,
-                    "the kernel counts each connection it closed without a TIME_WAIT "
-                    "(TCPTimeWaitOverflow, `time wait bucket table overflow`)")
-LISTEN_OVERFLOWED = _ge("listen_overflows", 1,
-                        "connections wait in the accept queue while the sync workers are "
-                        "busy; past 16 the kernel drops the SYN (ListenOverflows)")
-NOT_ENOUGH = _ge("nginx_worker_connections", 1,
-                 "Nginx logs `worker_connections are not enough`: each worker may hold 32 "
-                 "connections, and each proxied request needs two (client and upstream)")
-CUT_OFF = _ge("failures", 1,
-              "to make room a worker closes idle keep-alive connections (`reusing "
-              "connections`), and requests sent on them as it does fail")
-SYN_RETRIED = _ge("p99_ms", 900,
-                  "a dropped SYN is sent again after 1 s: the slowest requests take a second "
-                  "longer, with no error anywhere")
-RACED = _ge("upstream_prematurely_closed", 1,
-            "Nginx sends a request on a cached connection just as gunicorn, idle for its "
-            "1 s keep-alive, closes it: the request meets a reset or a FIN")
-POST_502 = _ge("post_502s", 1,
-               "Nginx retries a GET on a new connection, never a POST: a POST is answered 502")
 POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
 # Stage 7: the app's own hot costs removed, each a setting (app/fast_path.py says which).
 CODE_ITSELF = {"FLASK_FUSED_ROUND_TRIPS": "1", "FLASK_TOKEN_CACHE_SIZE": "4096",
                "FLASK_JSON_PROVIDER": "orjson", "FLASK_COOKIE_SESSION": "0",
                "FLASK_ENGINEIO_EVERY_PATH": "0"}
+TODAY = {**CODE_ITSELF, "FLASK_SOCKETIO_ASYNC_MODE": "gevent"}  # stage 8: stage 7's code
 
+THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (app/realtime.py)
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline",),
@@ -334,15 +323,24 @@ STAGES: tuple[Stage, ...] = (
           users=HTTP_USERS, checks=(REDIS_REUSED, REDIS_OPEN, FRONT_CHURN, CONNECT_CPU_GONE),
           see="TIME_WAIT toward Redis ~0, a few ESTABLISHED per worker, throughput up"),
     Stage(key="3", slug="eventlet-keepalive", title="eventlet workers with keep-alive",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front=None, sysctl=("baseline",),
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front=None, sysctl=("baseline",),
           users=ASYNC_USERS, checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
           see="`Connection: keep-alive`; client-side churn gone"),
     Stage(key="3g", slug="gevent-keepalive", title="gevent workers with keep-alive",
           server=GUNICORN_GEVENT, redis_mode="pool", front=None, sysctl=("baseline",),
           users=ASYNC_USERS, checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE),
-          see="the same as stage 3, on gevent", twin_of="3"),
+          see="the same as stage 3, on gevent", twin_of="3",
+          set_name="gevent"),
+    Stage(key="3t", slug="gthread-keepalive", title="gthread workers with keep-alive (threads)",
+          server=GUNICORN_GTHREAD, redis_mode="pool", front=None, sysctl=("baseline",),
+          users=ASYNC_USERS, env=THREADING,
+          checks=(REDIS_REUSED, FRONT_REUSED, FRONT_KEEPALIVE, WEBSOCKETS_SERVED),
+          see="the same as stage 3 on threads, no green library: a websocket holds a thread",
+          twin_of="3", set_name="today"),
     Stage(key="4", slug="nginx-proxy", title="Nginx in front, no upstream keep-alive",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/proxy.conf",
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/proxy.conf",
           sysctl=("baseline", "narrow-ports"),
           users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
           see="TIME_WAIT between Nginx and the app; local ports run out, "
@@ -352,9 +350,11 @@ STAGES: tuple[Stage, ...] = (
           server=GUNICORN_GEVENT, redis_mode="pool", front="conf.d/proxy.conf",
           sysctl=("baseline", "narrow-ports"),
           users=ASYNC_USERS, checks=(PORTS_EXHAUSTED, EADDRNOTAVAIL, FAILED),
-          see="the same as stage 4, on gevent", twin_of="4"),
+          see="the same as stage 4, on gevent", twin_of="4",
+          set_name="gevent"),
     Stage(key="5", slug="upstream-keepalive", title="Nginx upstream keep-alive + tcp_tw_reuse",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
           see="errors gone, Nginx-to-app TIME_WAIT ~0"),
@@ -363,9 +363,11 @@ STAGES: tuple[Stage, ...] = (
           server=GUNICORN_GEVENT, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, checks=(UPSTREAM_REUSED, NO_EADDRNOTAVAIL, NO_FAILURES),
-          see="the same as stage 5, on gevent", twin_of="5"),
-    Stage(key="6", slug="scale-out", title="two app hosts behind Nginx",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          see="the same as stage 5, on gevent", twin_of="5",
+          set_name="gevent"),
+    Stage(key="6", slug="scale-out", title="two app hosts behind Nginx", set_name="scale-out",
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
           checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
                   NO_FAILURES),
@@ -376,65 +378,77 @@ STAGES: tuple[Stage, ...] = (
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2,
           checks=(SPREAD_LOW, SPREAD_HIGH, DELIVERED, NO_SEQ_GAPS, UPSTREAM_REUSED,
                   NO_FAILURES),
-          see="the same as stage 6, on gevent", twin_of="6"),
+          see="the same as stage 6, on gevent", twin_of="6",
+          set_name="scale-out"),
     Stage(key="6p", slug="scale-out-polling", title="two app hosts, polling clients, round robin",
-          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET_ONE, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
           socketio_transport="polling",
           checks=(SPREAD_LOW, SPREAD_HIGH, POLLING_400S, POLLING_FAILS),
           see="Socket.IO over long-polling breaks: a session's polls land on both app hosts",
-          twin_of="6"),
+          twin_of="6", set_name="scale-out"),
     Stage(key="6i", slug="scale-out-ip-hash", title="two app hosts, polling clients, ip_hash",
-          server=GUNICORN_EVENTLET_ONE, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET_ONE, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, app_hosts=2, env=POLLING,
           socketio_transport="polling", balance="ip_hash",
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, PINNED),
           see="polling works again, and every client of the /24 is pinned to one app host",
-          twin_of="6"),
+          twin_of="6", set_name="scale-out"),
     Stage(key="6h", slug="scale-out-hash", title="two app hosts, polling clients, "
-          "hash $remote_addr", server=GUNICORN_EVENTLET_ONE, redis_mode="pool",
+          "hash $remote_addr", server=GUNICORN_EVENTLET_ONE, environment=EVENTLET,
+          redis_mode="pool",
           front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, app_hosts=2, env=POLLING, socketio_transport="polling", client_hosts=2,
           balance="hash $remote_addr consistent",
           checks=(NO_400S, POLLING_WORKS, NO_FAILURES, TWO_KEYS),
           see="polling works; the two client hosts' addresses both hash to one app host",
-          twin_of="6"),
+          twin_of="6", set_name="scale-out"),
     Stage(key="7", slug="profile-then-fix", title="the code itself: one round trip per request",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, env=CODE_ITSELF,
           checks=(TOKEN_CPU_DOWN, UPSTREAM_REUSED, NO_FAILURES),
           see="stage 5's stack, with the profile's hot spots gone from the app's code: "
               "less CPU per request, more requests per second"),
+    Stage(key="8", slug="todays-stack", title="today's stack: stage 7's code on gunicorn 27",
+          server=GUNICORN_TODAY, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, env=TODAY,
+          checks=(TOKEN_CPU_DOWN, UPSTREAM_REUSED, NO_FAILURES),
+          see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
+              "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
     # the failures set (`--stages failures`, lab 11): each beside its base stage
     Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),
           users=HTTP_USERS, checks=(TW_CAPPED, TW_OVERFLOWED, NO_FAILURES),
           see="TIME_WAIT plateaus at 4,096; the kernel counts the rest as overflow",
-          twin_of="0", failure=True),
+          twin_of="0", set_name="failures"),
     Stage(key="5w", slug="worker-connections",
           title="Nginx upstream keep-alive, 32 worker_connections",
-          server=GUNICORN_EVENTLET, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          server=GUNICORN_EVENTLET, environment=EVENTLET,
+          redis_mode="pool", front="conf.d/upstream-keepalive.conf",
           sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, worker_connections=32,
           checks=(NOT_ENOUGH, CUT_OFF),
           see="Nginx runs out of connections by its own configuration, with CPU to spare: "
               "it closes keep-alive connections, requests fail, TIME_WAIT is back",
-          twin_of="5", failure=True),
+          twin_of="5", set_name="failures"),
     Stage(key="5k", slug="keepalive-race",
           title="Nginx upstream keep-alive, the app's keep-alive shorter than Nginx's",
-          server=GUNICORN_EVENTLET_SHORT, redis_mode="pool",
+          server=GUNICORN_EVENTLET_SHORT, environment=EVENTLET, redis_mode="pool",
           front="conf.d/upstream-keepalive.conf", sysctl=("tuned", "narrow-ports"),
           users=ASYNC_USERS, burst_every=1.05, checks=(RACED, POST_502),
           see="users that pause leave Nginx's connections idle until gunicorn closes them, "
               "sometimes under a request: POSTs answered 502",
-          twin_of="5", failure=True),
+          twin_of="5", set_name="failures"),
     Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
           server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,
           sysctl=("baseline", "small-backlog"), users=HTTP_USERS,
           checks=(LISTEN_OVERFLOWED, SYN_RETRIED),
           see="the accept queue overflows: ListenOverflows counts, p99 jumps by 1 s",
-          twin_of="2", failure=True),
+          twin_of="2", set_name="failures"),
 )
-MAIN = tuple(s for s in STAGES if not s.failure)  # `all`: the main line and its twins
+MAIN = tuple(s for s in STAGES if s.set_name == "main")  # `main`: what `make lab` runs
 FAILURES = tuple(s for s in STAGES if s.failure)  # `failures`, with their base stages
 
 BY_KEY = {s.key: s for s in STAGES}
@@ -455,22 +469,29 @@ def get(name: str) -> Stage:
     return stage
 
 
+def in_set(name: str) -> set[str]:
+    """The keys of set `name` (SETS, or `everything`): its stages and, for a set of
+    twins, the base stages they are measured against."""
+    if name == EVERYTHING:
+        return {s.key for s in STAGES}
+    own = [s for s in STAGES if s.set_name == name]
+    return {s.key for s in own} | {s.twin_of for s in own if s.twin_of}
+
+
 def select(spec: str) -> list[Stage]:
-    """`all` (the main line), `failures` (the failure twins and their base stages), or a
-    comma/space separated list of keys or slugs (and of those sets), in registry order.
-    A failure twin runs beside its base stage, under the same load: naming one without
-    its base is an error."""
+    """Sets (`main`, `gevent`, `scale-out`, `failures`, `today`, `everything`) and keys or
+    slugs, comma/space separated, in registry order. A failure twin runs beside its
+    base stage, under the same load: naming one without its base is an error."""
     parts = spec.replace(",", " ").split()
+    names = f"{', '.join(SETS)}, {EVERYTHING}"
     if not parts:
-        raise KeyError("no stage named: give all, failures, or keys such as 0,2")
+        raise KeyError(f"no stage named: give a set ({names}) or keys such as 0,2")
     wanted: set[str] = set()
     for part in parts:
         if part == "all":
-            wanted |= {s.key for s in MAIN}
-        elif part == "failures":
-            wanted |= {s.key for s in FAILURES} | {s.twin_of for s in FAILURES}
-        else:
-            wanted.add(get(part).key)
+            raise KeyError(f"`all` is gone: `main` is the main line (make lab's default), "
+                           f"`{EVERYTHING}` every stage; the sets: {names}")
+        wanted |= in_set(part) if part in SETS or part == EVERYTHING else {get(part).key}
     alone = [s for s in FAILURES if s.key in wanted and s.twin_of not in wanted]
     if alone:
         twins = ", ".join(f"{s.key} (base {s.twin_of})" for s in alone)

@@ -1,3 +1,4 @@
+# gunicorn 25.3 only (.venv-eventlet): gunicorn 26 removed the eventlet worker.
 # Stages 6p and 6i (Socket.IO on long-polling, two app hosts): gunicorn with
 # ONE eventlet worker per host.
 #

@@ -1,3 +1,4 @@
+# gunicorn 25.3 only (.venv-eventlet): gunicorn 26 removed the eventlet worker.
 # The failure twin 5k (keepalive-race, lab 11): stage 5's eventlet workers with
 # a keep-alive SHORTER than Nginx's, the order the other way round.
 #

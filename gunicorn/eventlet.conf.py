@@ -1,3 +1,4 @@
+# gunicorn 25.3 only (.venv-eventlet): gunicorn 26 removed the eventlet worker.
 # Stage 3 (eventlet-keepalive), and the app servers of stages 4, 5 and 6:
 # gunicorn with eventlet workers that keep client connections open.
 #
@@ -5,7 +6,7 @@
 # it waits for the network, so one process holds many idle keep-alive
 # connections and WebSockets at once, and the server answers
 # `Connection: keep-alive` (lab 04). gunicorn 26 removed this worker and
-# eventlet is deprecated: requirements.txt pins gunicorn 25.x for it, and
+# eventlet is deprecated: it runs from .venv-eventlet on gunicorn 25.3, and
 # gunicorn/gevent.conf.py is the same stage on gevent, the one to copy for a
 # new service.
 #

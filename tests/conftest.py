@@ -296,8 +296,8 @@ def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict 
     port = procs.free_port()
     env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
            "FLASK_REDIS_MODE": "pool", **(env or {})}
-    gunicorn_bin = Path(sys.executable).parent / "gunicorn"
-    proc = procs.start([str(gunicorn_bin), *worker_args, "-b", f"127.0.0.1:{port}",
+    worker = worker_args[worker_args.index("-k") + 1] if "-k" in worker_args else "sync"
+    proc = procs.start([procs.gunicorn_for(worker), *worker_args, "-b", f"127.0.0.1:{port}",
                         "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
     try:
         procs.wait_for_port(port, proc=proc, timeout=30)
@@ -352,12 +352,13 @@ class EngineIOServer:
         return json.loads(response.text[1:])["sid"]
 
 
-@pytest.fixture(scope="module", params=["eventlet", "gevent"])
+@pytest.fixture(scope="module", params=["eventlet", "gevent", "gthread"])
 def eio_server(request, redis_url, tmp_path_factory):
     """One gunicorn worker (so every request of a session reaches it), polling allowed,
     a 1-second deadline to connect to Socket.IO."""
     workdir = tmp_path_factory.mktemp(f"eio-{request.param}")
     env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "1"}
-    args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3"]
+    args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3",
+            *(["--threads", "16"] if request.param == "gthread" else [])]
     with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
         yield EngineIOServer(request.param, url, proc, workdir / "gunicorn.log")

@@ -47,6 +47,16 @@ STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY
                results.SAMPLER_CSV, results.METRICS_JSON, results.CHECKS_JSON,
                results.SYSCTL_JSON, results.VERIFY_JSON, results.NGINX_ERRORS,
                results.COUNT_JSON, results.DELIVERY_JSON, results.SESSIONS_JSON)
+# The stages the reference capture holds: every set but `failures` (lab 11 shows its
+# twins' own outputs), so that the notebook and the README's table cover every stage
+# the labs before it teach.
+SETS = tuple(name for name in stages.SETS if name != "failures")
+
+
+def captured_stages() -> list[stages.Stage]:
+    """The stages notebooks/reference-run/ should hold, in the order a run takes them."""
+    return stages.select(",".join(SETS))
+
 SIZE_LIMIT = 1_200_000  # bytes; the capture is committed, so it must stay small (16 stages)
 
 

@@ -4,15 +4,18 @@ lab's CPUs before it started (the pre-flight)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import platform
+import runpy
 import subprocess
 from datetime import datetime
 from importlib import metadata
 
 from benchmarks.capture import cpu_sets
 from benchmarks.sandbox import hosts, nginx_conf, procs
-from benchmarks.stages import ROOT
+from benchmarks.stages import ROOT, Stage
 
 
 def versions() -> dict:
@@ -30,6 +33,40 @@ def versions() -> dict:
     except procs.ServiceError:
         redis_v = None
     return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
+
+
+# asked of a server environment's own Python: what it would run
+_ASK = ("import json, platform\nfrom importlib import metadata\nfound = {}\n"
+        "for name in ('gunicorn', 'eventlet', 'gevent', 'flask-socketio', 'werkzeug'):\n"
+        "    try:\n        found[name] = metadata.version(name)\n"
+        "    except metadata.PackageNotFoundError:\n        found[name] = None\n"
+        "print(json.dumps({'python': platform.python_version(), **found}))")
+WORKER_LIBRARY = {"eventlet": "eventlet", "gevent": "gevent"}  # gunicorn worker -> library
+
+
+@functools.cache
+def environment_versions(name: str) -> dict:
+    """Server environment `name`'s Python and package versions, from its own Python."""
+    python = procs.environment_bin(name) / "python"
+    out = subprocess.run([str(python), "-c", _ASK], capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-300:]}
+
+
+def servers(stage: Stage) -> dict:
+    """run.json's record of what served a stage, per app host: the environment, its
+    Python, the server (gunicorn's version or Werkzeug's), the worker class and the
+    library under it (eventlet, gevent; none for sync and gthread)."""
+    found = environment_versions(stage.environment)
+    if stage.gunicorn_config:
+        worker = runpy.run_path(str(ROOT / stage.gunicorn_config)).get("worker_class", "sync")
+        library = WORKER_LIBRARY.get(worker)
+        server = {"server": f"gunicorn {found.get('gunicorn')}", "worker_class": worker,
+                  "worker_library": library and f"{library} {found.get(library)}"}
+    else:
+        server = {"server": f"flask run (werkzeug {found.get('werkzeug')})",
+                  "worker_class": None, "worker_library": None}
+    record = {"environment": stage.environment, "python": found.get("python"), **server}
+    return {role: record for role in stage.app_roles}
 
 
 def git_commit() -> str | None:

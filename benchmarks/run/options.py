@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.run import results
-from benchmarks.sandbox import hosts
+from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import Stage
 
 SANDBOXES = ("auto", "netns", "host")
@@ -48,7 +48,7 @@ class RunOptions:
 
     def __post_init__(self):
         if not self.stages:
-            raise OptionsError("no stage selected: give --stages all, or keys such as 0,2")
+            raise OptionsError("no stage selected: give --stages main, or keys such as 0,2")
         if self.repeats < 1:
             raise OptionsError(f"--repeats must be at least 1 (got {self.repeats}): the "
                                "number of times each stage runs")
@@ -78,6 +78,9 @@ class RunOptions:
             raise OptionsError(f"stage(s) {', '.join(several)} run two app hosts, which need "
                                "--sandbox netns (root and iproute2); leave them out of "
                                "--stages on the host")
+        missing = procs.missing_environments(self.stages)
+        if missing:
+            raise OptionsError("\n".join(missing))
         self.placement  # noqa: B018 - a CPU set this machine does not have fails here
 
     @property
@@ -104,11 +107,13 @@ class RunOptions:
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
-    """`opts` on the sandbox `auto` resolved to, and a note. On the host, `--stages all`
-    leaves out the stages with several app hosts (they need network namespaces);
-    named there, they are refused (RunOptions)."""
+    """`opts` on the sandbox `auto` resolved to, and a note. On the host, a named set
+    (`everything`, `scale-out`) leaves out the stages with several app hosts (they need
+    network namespaces); named by key there, they are refused (RunOptions)."""
     several = [s.key for s in opts.stages if s.app_hosts > 1]
-    if sandbox != "host" or spec.strip() != "all" or not several:
+    sets = (*stages.SETS, stages.EVERYTHING)
+    named = [part for part in spec.replace(",", " ").split() if part in sets]
+    if sandbox != "host" or not named or not several:
         return replace(opts, sandbox=sandbox), None
     kept = tuple(s for s in opts.stages if s.app_hosts == 1)
     return (replace(opts, sandbox=sandbox, stages=kept),
@@ -133,9 +138,9 @@ def with_app_hosts(chosen: tuple[Stage, ...], app_hosts: int | None) -> tuple[St
 
 
 def select_stages(spec: str) -> tuple[Stage, ...]:
-    """`all`, or keys/slugs; an empty list is an error, not "all"."""
+    """Sets (`main`, ...) or keys/slugs; an empty list is an error, not `main`."""
     if not spec.strip():
-        raise OptionsError("--stages is empty: give all, or keys such as 0,2")
+        raise OptionsError("--stages is empty: give a set such as main, or keys such as 0,2")
     try:
         return tuple(stages.select(spec))
     except KeyError as e:

@@ -118,10 +118,11 @@ class Stack:
                                  "--access-logformat", '"%(r)s" %(s)s %(L)s'])
         timed = {} if self.stage.server[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
-        return procs.child_env(FLASK_REDIS_URL=redis, **timed,
-                         FLASK_SECRET_KEY=self.secret, FLASK_REDIS_MODE=self.stage.redis_mode,
-                         FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
-                         GUNICORN_CMD_ARGS=access_log, **self.stage.env)
+        return procs.child_env(procs.environment_bin(self.stage.environment),
+                               FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
+                               FLASK_REDIS_MODE=self.stage.redis_mode,
+                               FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
+                               GUNICORN_CMD_ARGS=access_log, **self.stage.env)
 
     def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
@@ -143,7 +144,8 @@ class Stack:
         apps = self.stage.app_roles
         for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
             server = self.stage.server_command(self.box.address(role), self.box.port(role))
-            self._start(role, role, [procs.tool(server[0]), *server[1:]], self.app_env(role))
+            exe = procs.tool(server[0], procs.environment_bin(self.stage.environment))
+            self._start(role, role, [exe, *server[1:]], self.app_env(role))
         for role in apps:
             self.wait_for_health(f"{self.box.url(role)}/healthz")
         if self.stage.front:
@@ -577,6 +579,7 @@ def run_stages(opts: RunOptions, run_dir: Path,
                 if repeat == 1:
                     info["stages"][stage.key] = {"dir": stage.dirname,
                                                  "hosts": done[-1]["hosts"],
+                                                 "servers": environment.servers(stage),
                                                  "sysctls": done[-1]["sysctls"]}
             except cli.RUN_ERRORS as e:
                 say(f"  stage {stage.key} FAILED TO RUN: {e}")

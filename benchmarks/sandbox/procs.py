@@ -21,6 +21,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks import stages
 from benchmarks.stages import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -33,15 +34,47 @@ class ServiceError(RuntimeError):
     """A server could not be started; the message says what to do."""
 
 
-def tool(name: str) -> str:
+def tool(name: str, bin_dir: Path = VENV_BIN) -> str:
     """A command from the venv when it has it (flask, gunicorn, locust), else as is."""
-    candidate = VENV_BIN / name
+    candidate = bin_dir / name
     return str(candidate) if candidate.exists() else name
 
 
-def child_env(**extra) -> dict:
+def environment_bin(name: str) -> Path:
+    """The bin folder of server environment `name` (stages.ENVIRONMENTS): the running
+    Python's own for the current one, so a venv made elsewhere works too."""
+    if name == stages.CURRENT:
+        return VENV_BIN
+    return ROOT / stages.ENVIRONMENTS[name].venv / "bin"
+
+
+def gunicorn_for(worker_class: str) -> str:
+    """The gunicorn that runs this worker class (the tests' servers): eventlet's from
+    .venv-eventlet, the others from the running venv."""
+    return tool("gunicorn", environment_bin(stages.worker_environment(worker_class)))
+
+
+def missing_environments(chosen) -> list[str]:
+    """One line per server environment these stages need that `make setup` has not
+    finished (its marker .installed is written last), with the command that makes it."""
+    lines = []
+    for name in dict.fromkeys(s.environment for s in chosen):
+        env = stages.ENVIRONMENTS[name]
+        if name == stages.CURRENT or (ROOT / env.venv / ".installed").exists():
+            continue
+        keys = ", ".join(s.key for s in chosen if s.environment == name)
+        lines.append(f"stage(s) {keys} serve from the {name} environment ({env.venv}: "
+                     f"{env.holds}), which is missing or unfinished. Make it: make setup "
+                     f"(or: python3 -m venv {env.venv} && {env.venv}/bin/pip install -r "
+                     f"{env.requirements} && touch {env.venv}/.installed)")
+    return lines
+
+
+def child_env(bin_dir: Path = VENV_BIN, **extra) -> dict:
+    """The environment of a process the lab starts: `bin_dir` (a server environment's)
+    first on PATH, the repository importable, the lab's pid as its owner."""
     env = dict(os.environ)
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(ROOT)
     env[OWNER_ENV] = str(os.getpid())
     env.update({k: str(v) for k, v in extra.items()})

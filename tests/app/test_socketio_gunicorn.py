@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,16 +58,19 @@ class Server:
 
 
 @pytest.fixture(scope="module", params=[("eventlet", "default"), ("gevent", "default"),
-                                        ("eventlet", "stage 7")], ids=" ".join)
+                                        ("gthread", "default"), ("eventlet", "stage 7"),
+                                        ("gevent", "stage 8")], ids=" ".join)
 def server(request, redis_url, tmp_path_factory):
-    """2 workers; the default code path on both worker types, stage 7's on eventlet."""
+    """2 workers, each worker class on the gunicorn that runs it (eventlet's 25.3, the
+    others' 27); the default code path on each, stages 7's and 8's on theirs."""
     worker, code_path = request.param
     port = procs.free_port()
     log = tmp_path_factory.mktemp(f"gunicorn-{worker}") / "gunicorn.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASK_")}
     env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret",
-               **(stages.get("7").env if code_path == "stage 7" else {}))
-    cmd = [sys.executable, "-m", "gunicorn", "-k", worker, "-w", "2",
+               **(stages.get(code_path[-1]).env if code_path.startswith("stage") else {}))
+    threads = ["--threads", "16"] if worker == "gthread" else []
+    cmd = [procs.gunicorn_for(worker), "-k", worker, *threads, "-w", "2",
            "-b", f"127.0.0.1:{port}", "--graceful-timeout", "3", "--timeout", "30",
            # gunicorn 25 otherwise opens a control socket at a fixed path in
            # $HOME, which a second gunicorn on the same machine would fight over.
@@ -84,7 +86,8 @@ def server(request, redis_url, tmp_path_factory):
 
 def test_workers_pick_the_matching_async_mode(server):
     health = requests.get(server.base + "/healthz", timeout=TIMEOUT).json()
-    assert health["status"] == "ok" and health["asyncMode"] == server.worker
+    mode = {"gthread": "threading"}.get(server.worker, server.worker)
+    assert health["status"] == "ok" and health["asyncMode"] == mode
     assert "pid" not in health
 
 

@@ -19,13 +19,13 @@ Nothing is started: Stack._start, which would start a server, only records.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import runpy
 import subprocess
-import sys
 from pathlib import Path
 
-import gunicorn.app.wsgiapp
 import gunicorn.config
 import pytest
 
@@ -42,6 +42,12 @@ SETTINGS = {
     "gunicorn/sync.conf.py": dict(worker_class="sync", workers=4, keepalive=2),
     "gunicorn/eventlet.conf.py": dict(worker_class="eventlet", workers=4, keepalive=10),
     "gunicorn/gevent.conf.py": dict(worker_class="gevent", workers=4, keepalive=10),
+    # stage 3t: threads enough for the lab's 10 websockets and 50 HTTP users
+    "gunicorn/gthread.conf.py": dict(worker_class="gthread", workers=4, threads=16,
+                                     worker_connections=1000, keepalive=10),
+    # stage 8: what the measurements picked (lab 13)
+    "gunicorn/today.conf.py": dict(worker_class="gevent", workers=4, http_parser="fast",
+                                   keepalive=10),
     "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
                                                  keepalive=10),
     # the failure twin 2b: stage 2's settings and an accept queue of 16
@@ -86,14 +92,33 @@ def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dic
     return box, calls
 
 
-def gunicorn_reads(argv: list[str], env: dict, monkeypatch):
-    """gunicorn's resolved config for this command line and environment, loaded the
-    way `gunicorn` loads it (file, then GUNICORN_CMD_ARGS, then the command line), from
-    the repository root, where the lab starts it. The app is not imported."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", ["gunicorn", *argv])
-    monkeypatch.setenv("GUNICORN_CMD_ARGS", env.get("GUNICORN_CMD_ARGS", ""))
-    return gunicorn.app.wsgiapp.WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
+# gunicorn's own loader, in the environment that runs the stage: eventlet's configs are
+# read by gunicorn 25.3 (.venv-eventlet), the others by gunicorn 27
+READ = """
+import json, sys
+import gunicorn.app.wsgiapp
+argv, names = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+sys.argv = ["gunicorn", *argv]
+cfg = gunicorn.app.wsgiapp.WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
+print(json.dumps({"version": gunicorn.__version__, "bind": cfg.bind,
+                  "accesslog": cfg.accesslog, **{n: getattr(cfg, n) for n in names},
+                  "worker_class": cfg.worker_class_str}))
+"""
+
+
+def gunicorn_reads(argv: list[str], env: dict, names, environment: str) -> dict:
+    """gunicorn's resolved config for this command line and environment, loaded the way
+    `gunicorn` loads it (file, then GUNICORN_CMD_ARGS, then the command line), from the
+    repository root, where the lab starts it, by the gunicorn of `environment`. The app
+    is not imported."""
+    python = procs.environment_bin(environment) / "python"
+    names = [n for n in names if n != "worker_class"]
+    done = subprocess.run([str(python), "-c", READ, json.dumps(argv), json.dumps(names)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ,
+                               "GUNICORN_CMD_ARGS": env.get("GUNICORN_CMD_ARGS", "")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 # --- gunicorn --------------------------------------------------------------------
@@ -111,14 +136,16 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
         assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("-c", "--config")] == [
             stage.gunicorn_config], f"stage {stage.key}: {cmd}"
         assert (ROOT / stage.gunicorn_config).is_file()
-        cfg = gunicorn_reads(cmd[1:], env, monkeypatch)
+        # the gunicorn of the stage's environment (its venv's), which reads the file
+        assert Path(cmd[0]).parent == procs.environment_bin(stage.environment), cmd
         wanted = {**SETTINGS[stage.gunicorn_config], **TIMEOUTS}
-        read = {name: getattr(cfg, "worker_class_str" if name == "worker_class" else name)
-                for name in wanted}
-        assert read == wanted, f"stage {stage.key} on {role}"
-        assert cfg.bind == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
+        cfg = gunicorn_reads(cmd[1:], env, wanted, stage.environment)
+        assert {name: cfg[name] for name in wanted} == wanted, f"stage {stage.key} on {role}"
+        assert cfg["version"] == {stages.EVENTLET: "25.3.0"}.get(stage.environment, "27.0.1")
+        assert stage.environment == stages.worker_environment(cfg["worker_class"])
+        assert cfg["bind"] == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
         # the lab's own addition, GUNICORN_CMD_ARGS, is read too
-        assert cfg.accesslog == str(tmp_path / results.app_access_log(role))
+        assert cfg["accesslog"] == str(tmp_path / results.app_access_log(role))
 
 
 @pytest.mark.parametrize("path", sorted(SETTINGS))

@@ -144,11 +144,17 @@ def lab_path(stage: stages.Stage) -> Path:
 FAILURES_LAB = "when-it-breaks"  # the lab of every failure twin (stages.FAILURES)
 
 
+# sets whose twins are taught in a lab of their own, not in their base stage's
+SET_LABS = {"failures": FAILURES_LAB, "today": "todays-stack"}
+
+
 def twin_lab(twin: stages.Stage) -> Path:
-    """The lab that shows a twin: its base stage's, or lab 11 for a failure twin."""
-    if twin.failure:
-        found = sorted(EXERCISES.glob(f"[0-9][0-9]-{FAILURES_LAB}.md"))
-        return found[0] if found else EXERCISES / f"NN-{FAILURES_LAB}.md"
+    """The lab that shows a twin: its base stage's, or its set's own (lab 11 for a
+    failure twin, lab 13 for today's workers)."""
+    if twin.set_name in SET_LABS:
+        slug = SET_LABS[twin.set_name]
+        found = sorted(EXERCISES.glob(f"[0-9][0-9]-{slug}.md"))
+        return found[0] if found else EXERCISES / f"NN-{slug}.md"
     return lab_path(stages.get(twin.twin_of))
 
 
@@ -822,7 +828,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
         "frobnicate --all",                                              # 2: unknown
         "python -m benchmarks.lab up 2 --no-such-flag",                  # 3
         "python -m benchmarks.lab up 99",                                # 4
-        "make lab STAGES=8",                                             # 5
+        "make lab STAGES=9",                                             # 5
         "python -m benchmarks.lab exec -- locust -f benchmarks/chat.py -t soon ChatUser",
         "locust -f benchmarks/kv.py --headless -u 5 ChatUser",           # 7
         "wrk -t2 -c10 -z 5 http://198.18.0.30:8000/kv/1",                # 8
@@ -840,7 +846,7 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
     found = [problem(c, refused) for c in commands]
     assert found[0].startswith(f"{doc}:2: `frobnicate --all`: no rule"), found[0]
     expected = {3: "unrecognized arguments: --no-such-flag", 4: "unknown stage '99'",
-                5: "unknown stage '8'", 6: "argument -t/--run-time", 7: "no user class",
+                5: "unknown stage '9'", 6: "argument -t/--run-time", 7: "no user class",
                 8: "wrk has no option -z", 9: "worker counts must be integers >= 1",
                 10: "-c gunicorn/no-such.conf.py: no such file"}
     for line, why in expected.items():

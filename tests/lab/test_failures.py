@@ -15,9 +15,18 @@ from test_lab import lab, leftovers
 from benchmarks import stages
 
 
-def test_all_is_the_main_line_and_failures_bring_their_base_stages():
-    assert [s.key for s in stages.select("all")] == [s.key for s in stages.MAIN]
-    assert not any(s.failure for s in stages.MAIN) and stages.FAILURES
+def test_sets_main_line_twins_with_their_bases_and_everything():
+    assert [s.key for s in stages.select("main")] == [s.key for s in stages.MAIN]
+    assert all(s.twin_of is None for s in stages.MAIN) and stages.FAILURES
+    # every twin is in a set that is not the main line, and runs there with its base
+    for twin in (s for s in stages.STAGES if s.twin_of):
+        assert twin.set_name != "main", twin.key
+        assert {twin.key, twin.twin_of} <= {s.key for s in stages.select(twin.set_name)}
+    assert [s.key for s in stages.select("everything")] == [
+        s.key for s in stages.select(",".join(stages.SETS))]
+    assert len(stages.select("everything")) == len(stages.STAGES)
+    with pytest.raises(KeyError, match=r"`all` is gone: `main` is the main line"):
+        stages.select("all")
     keys = [s.key for s in stages.select("failures")]
     for twin in stages.FAILURES:  # after its base, with only its base's other twins between
         between = keys[keys.index(twin.twin_of) + 1:keys.index(twin.key)]

@@ -96,12 +96,19 @@ def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
     assert "no stage is up" in result.stderr
 
 
+# every stage but the failure twins (tests/lab/test_failures.py runs those): every set
+# but `failures`
+FULL = tuple(s for s in stages.STAGES if not s.failure)
+FULL_SPEC = ",".join(name for name in stages.SETS if name != "failures")
+
+
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """One short run of every stage; the results folder. Without the Sockets tab's
-    screenshots (5-9 s a stage): two of them are taken from its folders below."""
+    """One short run of every stage but the failure twins; the results folder. Without
+    the Sockets tab's screenshots (5-9 s a stage): two of them are taken from its folders
+    below."""
     out = tmp_path_factory.mktemp("lab-results")
-    proc = lab("run", "--stages", "all", "--duration", "5", "--warmup", "2", "--users", "20",
+    proc = lab("run", "--stages", FULL_SPEC, "--duration", "5", "--warmup", "2", "--users", "20",
                "--spawn-rate", "20", "--no-screenshots", "--results", str(out),
                timeout=900)
     run_dir = (out / "latest").resolve()
@@ -115,12 +122,20 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     proc, run_dir = full_run["proc"], full_run["run_dir"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     info = json.loads((run_dir / "run.json").read_text())
-    assert info["versions"]["packages"]["gunicorn"].startswith("25.")
-    assert set(info["stages"]) == {s.key for s in stages.MAIN}
+    assert info["versions"]["packages"]["gunicorn"].startswith("27.")
+    assert info["versions"]["packages"]["eventlet"] is None  # not in the current environment
+    assert set(info["stages"]) == {s.key for s in FULL}
+    for stage in FULL:  # what served it: the eventlet stages on 25.3, the others on 27
+        served = info["stages"][stage.key]["servers"]
+        assert set(served) == set(stage.app_roles), stage.key
+        wanted = {stages.EVENTLET: "gunicorn 25.3.0", stages.CURRENT: "gunicorn 27.0.1"}
+        if stage.gunicorn_config:
+            assert served["app"]["server"] == wanted[stage.environment], stage.key
+        assert served["app"]["environment"] == stage.environment
     header = (run_dir / "summary.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == (*metrics.SUMMARY_COLUMNS, *repeats.COLUMNS)
     assert (run_dir / "report.md").exists()
-    for stage in stages.MAIN:
+    for stage in FULL:
         d = run_dir / stage.dirname
         for name in ("locust.json", "locust.html", "locust_stats.csv", "sampler.csv", "checks.json",
                      "sysctl.json", "count.json", "app.log", "redis.log",
@@ -188,7 +203,7 @@ def test_lab_run_takes_them():
 
 @pytest.mark.netns
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", stages.MAIN, ids=lambda s: f"{s.key}-{s.slug}")
+@pytest.mark.parametrize("stage", FULL, ids=lambda s: f"{s.key}-{s.slug}")
 def test_stage_shows_its_phenomenon(full_run, stage):
     d = full_run["run_dir"] / stage.dirname
     checks = json.loads((d / "checks.json").read_text())
@@ -216,7 +231,7 @@ def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
     toward the app), the baseline on the others (the client, Redis)."""
     run_dir = full_run["run_dir"]
     baseline = stages.sysctl_profile("baseline")
-    for stage in stages.MAIN:
+    for stage in FULL:
         seen = json.loads((run_dir / stage.dirname / "sysctl.json").read_text())
         assert set(seen) == set(stage.roles), stage.key
         for role in stage.roles:
@@ -239,7 +254,7 @@ def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
 @pytest.mark.slow
 def test_every_stage_is_profiled_and_its_cpu_split(full_run):
     """py-spy beside every stage: a flame graph, shares that add up, CPU per request."""
-    for stage in stages.MAIN:
+    for stage in FULL:
         folder = full_run["run_dir"] / stage.dirname
         assert (folder / results.PROFILE_SVG).read_text().startswith("<svg"), stage.key
         m = results.read_json(folder / results.METRICS_JSON)

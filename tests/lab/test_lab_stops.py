@@ -247,15 +247,15 @@ def test_bad_run_options_are_refused_before_anything_starts(tmp_path, args, says
     assert leftovers(result.pid) == []
 
 
-def test_host_mode_leaves_the_stages_with_two_app_hosts_out_of_all():
-    """`--stages all` on the host (no namespaces) runs every stage it can, and says which
-    it left out; a stage with two app hosts cannot be declared without a proxy."""
+def test_host_mode_leaves_the_stages_with_two_app_hosts_out_of_a_set():
+    """`--stages everything` on the host (no namespaces) runs every stage it can, and says
+    which it left out; a stage with two app hosts cannot be declared without a proxy."""
     opts = options.RunOptions(stages=tuple(stages.STAGES), sandbox="netns")
-    on_host, note = options.on_sandbox(opts, "host", "all")
+    on_host, note = options.on_sandbox(opts, "host", "everything")
     assert [s.key for s in on_host.stages] == [s.key for s in stages.STAGES
                                                if s.app_hosts == 1]
     assert "6, 6g, 6p, 6i, 6h left out" in note
-    assert options.on_sandbox(opts, "netns", "all") == (opts, None)
+    assert options.on_sandbox(opts, "netns", "everything") == (opts, None)
     with pytest.raises(ValueError, match="need a proxy in front"):
         stages.Stage(key="7", slug="x", title="x", server=stages.GUNICORN_SYNC,
                      redis_mode="pool", front=None, sysctl=("baseline",), users=("ChatUser",),

@@ -10,15 +10,16 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import stages
-from benchmarks.analysis import access_logs, metrics
+from benchmarks.analysis import access_logs, metrics, reference
 from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
 MEASURED = list(results.measured_stages(REFERENCE))
 
 
-def test_reference_capture_has_every_stage_of_the_main_line():
-    assert [s.key for s, _ in MEASURED] == [s.key for s in stages.MAIN]
+def test_reference_capture_has_every_stage_of_the_main_line_and_its_twins():
+    assert [s.key for s, _ in MEASURED] == [s.key for s in reference.captured_stages()]
+    assert {s.key for s in stages.MAIN} <= {s.key for s, _ in MEASURED}
 
 
 @pytest.mark.parametrize("stage, folder", MEASURED, ids=[s.key for s, _ in MEASURED])

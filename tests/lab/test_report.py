@@ -72,7 +72,7 @@ def assert_real_png(path: Path) -> None:
 
 
 def test_reference_run_is_complete_and_small():
-    assert stage_folders(REFERENCE) == [s.dirname for s in stages.MAIN]
+    assert stage_folders(REFERENCE) == [s.dirname for s in reference.captured_stages()]
     assert reference.size(REFERENCE) < reference.SIZE_LIMIT
     kept = {p.name for p in REFERENCE.rglob("*") if p.is_file()}
     assert not kept & {"users.json", "ss-tanp.txt", "netstat-tan.txt", "app.log", "error.log"}
