@@ -324,7 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.lab", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    defaults = options.RunOptions()
+    # the options' defaults, read off a stage that needs no second environment (making
+    # RunOptions checks the stages' environments: `lab list` must work without them)
+    defaults = options.RunOptions(stages=(stages.STAGES[0],))
 
     run = sub.add_parser("run", help="run stages and write a results folder")
     add_run_arguments(run, defaults)

@@ -70,7 +70,11 @@ def server(request, redis_url, tmp_path_factory):
     env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret",
                **(stages.get(code_path[-1]).env if code_path.startswith("stage") else {}))
     threads = ["--threads", "16"] if worker == "gthread" else []
-    cmd = [procs.gunicorn_for(worker), "-k", worker, *threads, "-w", "2",
+    # stage 8 runs its own config file (gunicorn/today.conf.py: gevent, the C parser, one
+    # send per response), the others gunicorn's worker as it comes
+    kind = (["-c", stages.get("8").gunicorn_config] if code_path == "stage 8"
+            else ["-k", worker, *threads])
+    cmd = [procs.gunicorn_for(worker), *kind, "-w", "2",
            "-b", f"127.0.0.1:{port}", "--graceful-timeout", "3", "--timeout", "30",
            # gunicorn 25 otherwise opens a control socket at a fixed path in
            # $HOME, which a second gunicorn on the same machine would fight over.
@@ -207,3 +211,26 @@ def test_oversize_chunked_body_is_413(server):
         assert response.status == status, body
         if status == 413:
             assert body["error"] == "payload_too_large"
+
+
+def test_a_websocket_holds_a_gthread_thread_for_its_whole_life(redis_url, tmp_path):
+    """Stage 3t's lesson (lab 13), on one gthread worker with 2 threads: two open
+    websockets hold both threads, so an HTTP request waits behind them; once one
+    socket closes, requests are answered again."""
+    from conftest import gunicorn_process
+
+    args = ["-k", "gthread", "-w", "1", "--threads", "2", "--no-control-socket",
+            "--graceful-timeout", "3"]
+    env = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}
+    with gunicorn_process(redis_url, tmp_path, args, env=env) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        server = Server("gthread", port, tmp_path / "gunicorn.log")
+        token = server.user("holder")["token"]
+        sockets = [server.socket(token) for _ in range(2)]
+        try:
+            with pytest.raises(requests.exceptions.ReadTimeout):
+                requests.get(url + "/healthz", timeout=2)  # both threads held
+        finally:
+            sockets.pop().disconnect()
+        assert requests.get(url + "/healthz", timeout=TIMEOUT).status_code == 200
+        sockets.pop().disconnect()

@@ -1,0 +1,70 @@
+"""The two server environments (benchmarks/stages.py ENVIRONMENTS, `make setup`): the
+current one on gunicorn 27 without eventlet, the eventlet one with only what the book's
+eventlet servers need; a stage whose environment is missing is refused before anything
+starts, with the command that makes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import stages
+from benchmarks.run import options
+from benchmarks.sandbox import procs
+
+ROOT = stages.ROOT
+
+
+def pip(environment: str, *args: str) -> subprocess.CompletedProcess:
+    python = procs.environment_bin(environment) / "python"
+    return subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_nothing_in_the_current_environment_imports_eventlet():
+    assert importlib.util.find_spec("eventlet") is None
+    assert "eventlet" not in sys.modules
+
+
+@pytest.mark.parametrize("environment", list(stages.ENVIRONMENTS))
+def test_each_environment_is_consistent(environment):
+    done = pip(environment, "check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_eventlet_environment_holds_only_its_servers():
+    frozen = pip(stages.EVENTLET, "freeze").stdout.lower()
+    assert "gunicorn==25.3.0" in frozen and "eventlet==" in frozen
+    for tool in ("locust", "gevent", "pytest", "pandas"):
+        assert f"\n{tool}==" not in f"\n{frozen}", tool
+
+
+def test_a_missing_environment_is_refused_before_anything_starts(monkeypatch):
+    gone = dataclasses.replace(stages.ENVIRONMENTS[stages.EVENTLET], venv=".venv-not-made")
+    monkeypatch.setitem(stages.ENVIRONMENTS, stages.EVENTLET, gone)
+    with pytest.raises(options.OptionsError) as raised:
+        options.RunOptions(stages=tuple(stages.select("3,3g,5")))
+    message = str(raised.value)
+    assert message.startswith("stage(s) 3, 5 serve from the eventlet environment (.venv-not-made")
+    assert "make setup" in message and "requirements-eventlet.txt" in message
+    # a stage of the current environment needs nothing more
+    options.RunOptions(stages=(stages.get("3g"),))
+
+
+def test_lab_run_says_which_environment_is_missing(tmp_path):
+    """The command line, end to end: exit 2 and one message, no results folder."""
+    code = ("import dataclasses, sys; from benchmarks import lab, stages; "
+            "e = stages.ENVIRONMENTS['eventlet']; "
+            "stages.ENVIRONMENTS['eventlet'] = dataclasses.replace(e, venv='.venv-not-made'); "
+            "sys.exit(lab.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "run", "--stages", "3t,3",
+                           "--results", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "stage(s) 3 serve from the eventlet environment" in said and "make setup" in said
+    assert "Traceback" not in said and not any(tmp_path.iterdir())
