@@ -65,10 +65,13 @@ def disturbed(entry: dict, limit: float) -> int:
 
 
 def steps(entries: dict) -> list[tuple[dict, dict, bool | None]]:
-    """(a stage, the next, whether their RPS intervals are apart) for consecutive stages."""
+    """(a stage, the next, whether their RPS intervals are apart) for consecutive stages,
+    then, with three stages or more, the first against the last: the whole way (stage
+    5 to 8 in lab 13)."""
     ordered = list(entries.values())
-    return [(a, b, intervals.significant(a["rps"], b["rps"]))
-            for a, b in zip(ordered, ordered[1:], strict=False)]
+    pairs = list(zip(ordered, ordered[1:], strict=False))
+    pairs += [(ordered[0], ordered[-1])] if len(ordered) > 2 else []
+    return [(a, b, intervals.significant(a["rps"], b["rps"])) for a, b in pairs]
 
 
 def paired(a: dict, b: dict) -> tuple[list[float], dict]:

@@ -73,8 +73,8 @@ def summary_table(run_dir: Path) -> str:
 
 def repeats_section(run_dir: Path) -> str:
     """With --repeats: each stage's mean and 95% interval, whether each step between
-    consecutive stages is larger than the box's noise, and every check that failed in a
-    repeat. Empty for a run of one repeat."""
+    consecutive stages (and the first stage against the last) is larger than the box's
+    noise, and every check that failed in a repeat. Empty for a run of one repeat."""
     over = repeats.by_stage(run_dir)
     if not over or max(e["repeats"] for e in over.values()) < 2:
         return ""

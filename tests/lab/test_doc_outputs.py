@@ -21,7 +21,7 @@ import pytest
 from test_docs import block_commands, docs, fenced_blocks, rel
 
 from benchmarks import stages
-from benchmarks.analysis import reference
+from benchmarks.analysis import reference, report
 from benchmarks.sandbox import nginx_conf
 
 ROOT = stages.ROOT
@@ -126,3 +126,12 @@ def test_the_readme_counts_the_checks_of_its_reference_table():
     passed = [tuple(map(int, m)) for m in re.findall(r"\|\s*(\d+)/(\d+)\s*\|\s*$", text, re.M)]
     assert len(passed) == len(reference.captured_stages()), passed
     assert claimed == sum(total for _, total in passed) == sum(ok for ok, _ in passed)
+
+
+def test_the_readme_reference_table_is_the_captures_own():
+    """README's reference table is what the report writes of notebooks/reference-run/
+    (`python -c 'from benchmarks.analysis import report, reference;
+    print(report.summary_table(reference.DEST))'`): changed by hand, or left behind a new
+    capture, it fails here."""
+    table = report.summary_table(reference.DEST)
+    assert table in (ROOT / "README.md").read_text(), table
