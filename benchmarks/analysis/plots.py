@@ -23,6 +23,8 @@ one whose stage failed to run, still plots what is there.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -358,8 +360,10 @@ def time_wait_vs_throughput(run_dir, out=None) -> Figure:
                fontsize=9, frameon=False)
     place_labels(ax, labels)
     keys = ", ".join(sr.label for sr in stage_runs(run_dir))
-    ax.set_title(f"Stages (the number beside each dot): {keys}", fontsize=8, wrap=True,
-                 color="#444444")
+    # wrapped here: matplotlib's own wrap (wrap=True) squeezes a long title into a narrow
+    # column under constrained layout, which then collapses the axes (17 stages)
+    title = textwrap.fill(f"Stages (the number beside each dot): {keys}", width=150)
+    ax.set_title(title, fontsize=8, color="#444444")
     fig.suptitle(f"{TITLES[name]}\n{run_note(run_dir)}", fontsize=13)
     return finish(fig, name, out)
 

@@ -57,7 +57,8 @@ def captured_stages() -> list[stages.Stage]:
     """The stages notebooks/reference-run/ should hold, in the order a run takes them."""
     return stages.select(",".join(SETS))
 
-SIZE_LIMIT = 1_200_000  # bytes; the capture is committed, so it must stay small (16 stages)
+# bytes; the capture is committed, so it must stay small (17 stages, ~73 kB each)
+SIZE_LIMIT = 1_300_000
 
 
 def _copy_history(src: Path, dest: Path) -> None:
@@ -103,9 +104,9 @@ def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
             target = results.stage_dir(dest, stage) / results.NGINX_ERRORS
             target.parent.mkdir(parents=True, exist_ok=True)
             results.write_json(target, counts)
-    if any(results.measured_stages(dest)):
-        report.write(dest)
-    elif info.get("stages"):
+    if any(results.measured_stages(dest)):  # the copy's figures come from its own files
+        return recompute(dest)
+    if info.get("stages"):
         print("reference: no stage of this run has metrics.json; report.md copied as is")
     return sorted(p for p in dest.rglob("*") if p.is_file())
 
