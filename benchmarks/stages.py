@@ -424,6 +424,12 @@ STAGES: tuple[Stage, ...] = (
           users=HTTP_USERS, checks=(TW_CAPPED, TW_OVERFLOWED, NO_FAILURES),
           see="TIME_WAIT plateaus at 4,096; the kernel counts the rest as overflow",
           twin_of="0", set_name="failures"),
+    Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
+          server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,
+          sysctl=("baseline", "small-backlog"), users=HTTP_USERS,
+          checks=(LISTEN_OVERFLOWED, SYN_RETRIED),
+          see="the accept queue overflows: ListenOverflows counts, p99 jumps by 1 s",
+          twin_of="2", set_name="failures"),
     Stage(key="5w", slug="worker-connections",
           title="Nginx upstream keep-alive, 32 worker_connections",
           server=GUNICORN_EVENTLET, environment=EVENTLET,
@@ -441,12 +447,6 @@ STAGES: tuple[Stage, ...] = (
           see="users that pause leave Nginx's connections idle until gunicorn closes them, "
               "sometimes under a request: POSTs answered 502",
           twin_of="5", set_name="failures"),
-    Stage(key="2b", slug="small-backlog", title="gunicorn sync workers, an accept queue of 16",
-          server=GUNICORN_SYNC_BACKLOG, redis_mode="pool", front=None,
-          sysctl=("baseline", "small-backlog"), users=HTTP_USERS,
-          checks=(LISTEN_OVERFLOWED, SYN_RETRIED),
-          see="the accept queue overflows: ListenOverflows counts, p99 jumps by 1 s",
-          twin_of="2", set_name="failures"),
 )
 MAIN = tuple(s for s in STAGES if s.set_name == "main")  # `main`: what `make lab` runs
 FAILURES = tuple(s for s in STAGES if s.failure)  # `failures`, with their base stages

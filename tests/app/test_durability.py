@@ -31,8 +31,10 @@ from conftest import RedisProcess, gunicorn
 from benchmarks.sandbox import procs
 
 TIMEOUT = 5
+# every worker class a stage serves Socket.IO on, each from its own environment
 WORKERS = {"eventlet": ["-w", "2", "-k", "eventlet", "--keep-alive", "10"],
-           "gevent": ["-w", "2", "-k", "gevent", "--keep-alive", "10"]}
+           "gevent": ["-w", "2", "-k", "gevent", "--keep-alive", "10"],
+           "gthread": ["-w", "2", "-k", "gthread", "--threads", "16", "--keep-alive", "10"]}
 
 
 class Api:

@@ -135,3 +135,16 @@ def test_the_readme_reference_table_is_the_captures_own():
     capture, it fails here."""
     table = report.summary_table(reference.DEST)
     assert table in (ROOT / "README.md").read_text(), table
+
+
+def test_check_counts_in_the_labs_are_the_registrys():
+    """"`make lab STAGES=X` passes all N checks": N is what benchmarks/stages.py gives
+    the stages of X, never a number typed by hand."""
+    found = 0
+    for path in sorted((ROOT / "exercises").glob("*.md")):
+        text = " ".join(path.read_text().split())
+        for spec, claimed in re.findall(r"`make lab STAGES=(\S+)` passes all (\d+) checks", text):
+            wanted = sum(len(s.checks) for s in stages.select(spec))
+            assert int(claimed) == wanted, f"{path.name}: STAGES={spec} has {wanted} checks"
+            found += 1
+    assert found
