@@ -150,11 +150,18 @@ def transports(value) -> list[str]:
                       f"list of {', '.join(TRANSPORTS)}, not {value!r}")
 
 
+def check_async_mode(value) -> None:
+    """SOCKETIO_ASYNC_MODE is one of ASYNC_MODES (app/realtime.py checks it against what
+    the process runs)."""
+    if value not in ASYNC_MODES:
+        raise ConfigError(f"SOCKETIO_ASYNC_MODE (FLASK_SOCKETIO_ASYNC_MODE) must be one of "
+                          f"{', '.join(ASYNC_MODES)}, not {value!r}")
+
+
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
-    config["DEV_MODE"] = as_bool(config.get("DEV_MODE"))
-    config["SOCKETIO_MESSAGE_QUEUE"] = as_bool(config.get("SOCKETIO_MESSAGE_QUEUE"))
-    for name in ("FUSED_ROUND_TRIPS", "COOKIE_SESSION", "ENGINEIO_EVERY_PATH"):
+    for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
+                 "ENGINEIO_EVERY_PATH"):
         config[name] = as_bool(config.get(name))
     if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:
         raise ConfigError(f"JSON_PROVIDER (FLASK_JSON_PROVIDER) must be one of "
@@ -191,9 +198,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
 
     config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
     config["SOCKETIO_TRANSPORTS"] = transports(config.get("SOCKETIO_TRANSPORTS"))
-    if config.get("SOCKETIO_ASYNC_MODE") not in ASYNC_MODES:
-        raise ConfigError(f"SOCKETIO_ASYNC_MODE (FLASK_SOCKETIO_ASYNC_MODE) must be one of "
-                          f"{', '.join(ASYNC_MODES)}, not {config.get('SOCKETIO_ASYNC_MODE')!r}")
+    check_async_mode(config.get("SOCKETIO_ASYNC_MODE"))
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))
