@@ -22,11 +22,21 @@ LAB_ARGS ?=
 # Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
 
-.PHONY: setup system-packages test test-fast lint lab book clean
+.PHONY: setup preflight system-packages netns-check test test-fast lint lab book clean
 
-setup: system-packages $(VENV)/.installed $(VENV_EVENTLET)/.installed
+setup: preflight system-packages netns-check $(VENV)/.installed $(VENV_EVENTLET)/.installed
 
-system-packages:
+# Before anything is installed: Linux, root, apt-get, the distribution, a Python >= 3.11
+# (PYTHON=...), and venvs made by that Python. One line with the fix when not.
+preflight:
+	@MAKE_GOAL="$(firstword $(MAKECMDGOALS) setup)" PYTHON_GIVEN="$(filter command line environment,$(origin PYTHON))" \
+	  sh setup/preflight.sh box $(PYTHON)
+
+# Once iproute2 is in: a network namespace and a veth pair can be made (and are deleted).
+netns-check: system-packages
+	@sh setup/preflight.sh netns
+
+system-packages: preflight
 	@missing=""; \
 	for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
@@ -38,8 +48,7 @@ system-packages:
 	    echo "setup: installing$$missing with apt-get"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing; \
 	  else \
-	    echo "setup: missing system packages:$$missing"; \
-	    echo "setup: install them, then run make again:  sudo apt-get install$$missing"; \
+	    echo "setup: missing system packages:$$missing; install them, then run make again: sudo apt-get install$$missing"; \
 	    exit 1; \
 	  fi; \
 	fi

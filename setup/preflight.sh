@@ -1,0 +1,61 @@
+#!/bin/sh
+# What `make setup` checks before it installs anything (`box`) and once the system
+# packages are in (`netns`). Each failure is one line that says what is missing and
+# the command that fixes it; the first one stops make.
+#   sh setup/preflight.sh box PYTHON
+#   sh setup/preflight.sh netns
+set -u
+PATH="$PATH:/usr/sbin:/sbin"
+
+fail() { echo "setup: $*" >&2; exit 1; }
+
+# The distributions the lab was tried on, as /etc/os-release names them.
+TRIED="debian:12"
+
+check_system() {
+    [ "$(uname -s)" = Linux ] || fail "the lab needs Linux (network namespaces, /proc); this is $(uname -s)"
+    [ "$(id -u)" = 0 ] || fail "the lab needs root (it installs packages and makes network namespaces): run sudo make $MAKE_GOAL"
+    command -v apt-get >/dev/null 2>&1 || fail "no apt-get: the lab installs its packages on Debian or Ubuntu; elsewhere install the packages the README lists, then run make again"
+    if [ -r /etc/os-release ]; then
+        . /etc/os-release
+        case " $TRIED " in
+            *" ${ID:-}:${VERSION_ID:-} "*) ;;
+            *) echo "setup: note: ${PRETTY_NAME:-this system} is not one the lab was tried on (Debian 12); going on" >&2 ;;
+        esac
+    fi
+}
+
+check_python() {
+    python=$1
+    # once made, the venvs are what runs; a PYTHON given on the command line must match them
+    if [ -z "${PYTHON_GIVEN:-}" ] && [ -x .venv/bin/python ]; then
+        python=.venv/bin/python
+    fi
+    command -v "$python" >/dev/null 2>&1 || fail "no $python: install Python 3.11 or newer (apt-get install python3 python3-venv) or name one: make setup PYTHON=/path/to/python3.12"
+    version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || fail "$python does not run"
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || fail "$python is Python $version; the lab needs 3.11 or newer: make setup PYTHON=python3.11 (Debian 12 and Ubuntu 24.04 ship one; Ubuntu 22.04: apt-get install python3.11 python3.11-venv)"
+    for venv in .venv .venv-eventlet; do
+        [ -x "$venv/bin/python" ] || continue
+        made=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || made=broken
+        [ "$made" = "$version" ] || fail "$venv runs Python $made, $python is $version: make clean, then make setup PYTHON=$python"
+    done
+}
+
+check_netns() {
+    # a namespace and a veth pair, made and deleted: what every stage's hosts need
+    ns="ftl-preflight-$$"
+    ip netns add "$ns" 2>/dev/null || fail "cannot make a network namespace (ip netns add): the lab needs a kernel with network namespaces and root; a container needs --privileged (or CAP_SYS_ADMIN and CAP_NET_ADMIN)"
+    if ! ip link add "ftlpf$$a" type veth peer name "ftlpf$$b" netns "$ns" 2>/dev/null; then
+        ip netns delete "$ns"
+        fail "cannot make a veth pair (ip link add type veth): load the kernel's veth module (modprobe veth)"
+    fi
+    ip link delete "ftlpf$$a" 2>/dev/null
+    ip netns delete "$ns"
+}
+
+MAKE_GOAL=${MAKE_GOAL:-setup}
+case "${1:-}" in
+    box) check_system; check_python "${2:-python3}" ;;
+    netns) check_netns ;;
+    *) fail "usage: sh setup/preflight.sh box PYTHON | netns" ;;
+esac
