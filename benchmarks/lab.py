@@ -165,28 +165,37 @@ def cmd_up(args) -> int:
 
 def say_up(stage: stages.Stage, box: sandbox.Sandbox, stack: runner.Stack, ui_url: str,
            ui_port: int) -> None:
-    """`lab up`'s banner: the hosts, where the UI is, what to type next."""
-    for note in box.notes:
-        say(f"note: {note}")
-    say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
+    """`lab up`'s banner, said."""
+    for line in up_banner(stage, box, stack.url, stack.dir / results.SAMPLER_CSV, ui_url,
+                          ui_port):
+        say(line)
+
+
+def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path,
+              ui_url: str, ui_port: int) -> list[str]:
+    """`lab up`'s banner: the hosts, where the UI is, what to type next (the labs quote
+    it; tests/lab/test_doc_outputs.py renders it for each)."""
+    lines = [f"note: {note}" for note in box.notes]
+    lines.append(f"stage {stage.key} {stage.slug} is up: {url}")
     width = max(len(role) for role in box.roles)
     for role in box.roles:
         where = box.address(role) + (f":{box.port(role)}" if role not in box.clients else "")
         cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
-        say(f"  host {role:<{width}} {where:<18} {box.namespace(role) or 'the machine'}, "
-            f"CPUs {cpus}")
+        lines.append(f"  host {role:<{width}} {where:<18} "
+                     f"{box.namespace(role) or 'the machine'}, CPUs {cpus}")
     # the port is the one chosen, with --ui-port 0
-    say(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
-        f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
+    lines.append(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
+                 f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
     if len(box.clients) > 1:
-        say(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
-            f"one more by hand, as on another machine: python -m benchmarks.lab exec "
-            f"--host {box.clients[-1]} -- locust -f {stages.LOCUSTFILE} --worker "
-            f"--master-host {box.address('client')}")
-    say(f"  sampler: {results.rel(stack.dir / results.SAMPLER_CSV)}")
+        lines.append(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
+                     f"one more by hand, as on another machine: python -m benchmarks.lab exec "
+                     f"--host {box.clients[-1]} -- locust -f {stages.LOCUSTFILE} --worker "
+                     f"--master-host {box.address('client')}")
+    lines.append(f"  sampler: {results.rel(sampler)}")
     others = [r for r in box.roles if r != "client"]
-    say(f"  in another terminal: python -m benchmarks.lab exec -- ss -s "
-        f"(--host {', '.join(others[:-1])} or {others[-1]} for the others)")
+    lines.append(f"  in another terminal: python -m benchmarks.lab exec -- ss -s "
+                 f"(--host {', '.join(others[:-1])} or {others[-1]} for the others)")
+    return lines
 
 
 def cmd_exec(args) -> int:

@@ -82,12 +82,18 @@ def rule_for(frame: str, cache: dict[str, str | None]) -> str | None:
     return cache[frame]
 
 
-def classify(frames: list[str], cache: dict[str, str | None]) -> str:
-    """The bucket of one stack (frames outermost first)."""
+def deciding(frames: list[str], cache: dict[str, str | None]) -> tuple[str, str]:
+    """(the bucket of one stack, frames outermost first; the frame that decides it)."""
     found = [rule_for(frame, cache) for frame in frames]
     if SUBTREE in found:
-        return SUBTREE
-    return next((bucket for bucket in reversed(found) if bucket), "other")
+        return SUBTREE, frames[found.index(SUBTREE)]
+    at = next((i for i in reversed(range(len(found))) if found[i]), None)
+    return (found[at], frames[at]) if at is not None else ("other", frames[-1])
+
+
+def classify(frames: list[str], cache: dict[str, str | None]) -> str:
+    """The bucket of one stack (frames outermost first)."""
+    return deciding(frames, cache)[0]
 
 
 def samples(stacks: list[tuple[list[str], int]]) -> dict[str, int]:
@@ -107,3 +113,16 @@ def shares(path: Path) -> dict[str, float] | None:
     counts = samples(folded.read(path))
     total = sum(counts.values())
     return {bucket: round(n / total, 4) for bucket, n in counts.items()} if total else None
+
+
+def reduce(source: Path, target: Path) -> None:
+    """A small copy of a collapsed-stacks file that keeps its buckets: each stack cut to the
+    frame that decides its bucket, the counts summed (the committed reference capture keeps
+    this, not the megabytes of whole stacks; it is no flame graph)."""
+    counts: dict[str, int] = {}
+    cache: dict[str, str | None] = {}
+    for frames, count in folded.read(source):
+        frame = deciding(frames, cache)[1]
+        counts[frame] = counts.get(frame, 0) + count
+    lines = [f"{frame} {n}" for frame, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    Path(target).write_text("\n".join(lines) + "\n" if lines else "")

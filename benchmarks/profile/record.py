@@ -12,7 +12,7 @@ either the run says so once and goes on without profiles.
 
 Overhead: py-spy reads the workers' memory RATE_HZ times a second, pausing each
 for the read; at 50 Hz stage 2's requests a second stayed within the run-to-run
-noise (README, "Where the CPU goes"). It runs on the client's CPUs, like the
+noise (docs/numbers.md, "Where the CPU goes"). It runs on the client's CPUs, like the
 sampler, so its own work does not land on the server's core.
 """
 

@@ -8,7 +8,7 @@ complete within `--keep-alive` seconds (gunicorn's timeout around reading each
 request), so none holds more than its share. (A sync worker is held whole by
 one such connection until `--timeout`: the stages without a proxy in front of
 sync workers are open to it, which is why Nginx, which buffers the header, goes
-in front; README, "What a stranger can do".) Nginx cuts a header not complete
+in front; docs/chat-service.md, "What a stranger can do".) Nginx cuts a header not complete
 within `client_header_timeout` (10 s in nginx/*.conf).
 """
 

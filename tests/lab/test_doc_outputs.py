@@ -12,6 +12,7 @@ in tests/lab/test_lab.py.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -20,9 +21,11 @@ from pathlib import Path
 import pytest
 from test_docs import block_commands, docs, fenced_blocks, rel
 
+from benchmarks import lab as lab_cli
 from benchmarks import stages
 from benchmarks.analysis import reference, report
-from benchmarks.sandbox import nginx_conf
+from benchmarks.run import results
+from benchmarks.sandbox import hosts, nginx_conf, sandbox
 
 ROOT = stages.ROOT
 UP = re.compile(r"python -m benchmarks\.lab up (\S+)")
@@ -114,27 +117,95 @@ def test_captured_output_is_what_the_program_prints(where, stage, commands, capt
         "\n".join(actual)
 
 
+BANNER = re.compile(r"^stage (\S+) \S+ is up: ")
+PID = re.compile(r"ftl-\d+-")
+
+
+def banners():
+    """(where, stage, captured lines) of every `lab up` banner the docs quote."""
+    for path in docs():
+        for n, lang, lines in fenced_blocks(path):
+            heads = [i for i, line in enumerate(lines) if BANNER.match(line)]
+            if lang == "text" and heads:
+                yield f"{rel(path)}:{n}", stages.get(BANNER.match(lines[heads[0]])[1]), lines
+
+
+def banner_now(stage: stages.Stage) -> list[str]:
+    """What `lab up KEY` prints now, on a 2-core box, with its defaults."""
+    box = sandbox.Sandbox(stage, placement=hosts.placement(available=[0, 1]))
+    ui = 8089
+    return [*lab_cli.up_banner(stage, box, box.url(box.entry_role),
+                               results.up_dir(results.RESULTS, stage) / results.SAMPLER_CSV,
+                               f"http://127.0.0.1:{ui}", ui), "  Ctrl-C stops it"]
+
+
+@pytest.mark.parametrize("where,stage,captured",
+                         [pytest.param(*b, id=b[0]) for b in banners()])
+def test_a_quoted_lab_up_banner_is_what_lab_up_prints(where, stage, captured):
+    """Every line a lab quotes of `lab up`'s banner, namespaces' pids aside."""
+    actual = [PID.sub("ftl-N-", line) for line in banner_now(stage)]
+    quoted = [PID.sub("ftl-N-", line) for line in captured]
+    start = next(i for i, line in enumerate(quoted) if BANNER.match(line))
+    missing = in_order(quoted[start:], actual)
+    assert not missing, f"{where}: lab up no longer prints {missing!r}; it prints:\n" + \
+        "\n".join(actual)
+
+
+CHECK_LINE = re.compile(r"^\s*\[(?:pass|FAIL)\] (.+?): measured ")
+
+
+def test_every_quoted_check_is_one_the_registry_has():
+    """A check line a doc quotes (`[pass] metric op threshold: measured ...`) names a check
+    of benchmarks/stages.py with that very threshold: one moved leaves no stale quote."""
+    known = {c.expected() for s in stages.STAGES for c in s.checks}
+    quoted = [(f"{rel(path)}:{n}", m[1]) for path in docs()
+              for n, lang, lines in fenced_blocks(path) if lang == "text"
+              for line in lines if (m := CHECK_LINE.match(line))]
+    assert len(quoted) >= 20
+    stale = [q for q in quoted if q[1] not in known]
+    assert not stale, stale
+
+
+def test_banners_are_found():
+    assert len(list(banners())) >= 5
+
+
 def test_the_outputs_the_program_decides_are_found():
     """The stage list, two sysctl blocks and two Nginx greps at least."""
     assert len(CASES) >= 5, [c.id for c in CASES]
 
 
-def test_the_readme_counts_the_checks_of_its_reference_table():
-    """README's "every one of the N checks passed": N is the table's checks column, summed."""
-    text = (ROOT / "README.md").read_text()
+REFERENCE_PAGE = ROOT / "docs" / "reference-run.md"
+
+
+def test_the_reference_page_counts_the_checks_of_its_table():
+    """docs/reference-run.md's "every one of the N checks passed": N is the table's checks
+    column, summed."""
+    text = REFERENCE_PAGE.read_text()
     claimed = int(re.search(r"every one of\s+the (\d+) checks passed", text)[1])
     passed = [tuple(map(int, m)) for m in re.findall(r"\|\s*(\d+)/(\d+)\s*\|\s*$", text, re.M)]
     assert len(passed) == len(reference.captured_stages()), passed
     assert claimed == sum(total for _, total in passed) == sum(ok for ok, _ in passed)
 
 
-def test_the_readme_reference_table_is_the_captures_own():
-    """README's reference table is what the report writes of notebooks/reference-run/
+def test_the_reference_capture_is_quiet_and_whole():
+    """Every captured stage ran with others' CPU under 5% of the server's, and has its
+    profile's shares and the server's own percentiles."""
+    for stage in reference.captured_stages():
+        found = json.loads((reference.DEST / stage.dirname / "metrics.json").read_text())
+        assert found["foreign_cpu_pct"] < 5, stage.key
+        empty = [k for k in found if (k.startswith("cpu_share_") or k.startswith("server_p"))
+                 and found[k] is None]
+        assert not empty, f"stage {stage.key}: {empty}"
+
+
+def test_the_reference_table_is_the_captures_own():
+    """docs/reference-run.md's table is what the report writes of notebooks/reference-run/
     (`python -c 'from benchmarks.analysis import report, reference;
     print(report.summary_table(reference.DEST))'`): changed by hand, or left behind a new
     capture, it fails here."""
     table = report.summary_table(reference.DEST)
-    assert table in (ROOT / "README.md").read_text(), table
+    assert table in REFERENCE_PAGE.read_text(), table
 
 
 def test_check_counts_in_the_labs_are_the_registrys():

@@ -125,6 +125,7 @@ RULES = [
 ROOT = stages.ROOT
 EXERCISES = ROOT / "exercises"
 INDEX = EXERCISES / "README.md"
+LAYOUT = ROOT / "docs" / "results.md"  # the repository's layout table
 LOCUSTFILE = ROOT / "benchmarks" / "chat.py"
 LAB_NAME = re.compile(r"^(\d\d)-[a-z0-9-]+\.md$")
 # Written by another author in parallel: the index may list them before they exist.
@@ -162,9 +163,16 @@ def lab_files() -> list[Path]:
     return sorted(p for p in EXERCISES.glob("*.md") if LAB_NAME.match(p.name))
 
 
+def pages() -> list[Path]:
+    """The reference pages the README links: docs/*.md."""
+    return sorted((ROOT / "docs").glob("*.md"))
+
+
 def docs() -> list[Path]:
-    """Every Markdown file these checks read: the README, the index, the labs."""
-    return [p for p in (ROOT / "README.md", INDEX, *lab_files()) if p.exists()]
+    """Every Markdown file these checks read: the README, its pages, the index, the labs
+    and the instructor's page."""
+    return [p for p in (ROOT / "README.md", *pages(), INDEX, *lab_files(),
+                        EXERCISES / "INSTRUCTOR.md") if p.exists()]
 
 
 def rel(path: Path) -> str:
@@ -867,10 +875,10 @@ def test_docs_name_every_package_make_setup_installs():
         assert not missing, f"{rel(path)} does not name {missing}"
 
 
-def test_readme_layout_names_every_module_of_benchmarks():
-    """README's layout table: a row per folder of benchmarks/, naming each of its
-    modules and sub-folders, so a newcomer finds every file from the README."""
-    text = (ROOT / "README.md").read_text()
+def test_layout_names_every_module_of_benchmarks():
+    """The layout table (docs/results.md): a row per folder of benchmarks/, naming each of
+    its modules and sub-folders, so a newcomer finds every file from the README."""
+    text = LAYOUT.read_text()
     layout = text[text.index("## Layout"):]
     rows = dict(re.findall(r"^\| `(benchmarks/[\w/]*)` \| (.*) \|$", layout, re.M))
     folders = [ROOT / "benchmarks", *sorted(
@@ -878,9 +886,34 @@ def test_readme_layout_names_every_module_of_benchmarks():
         if p.is_dir() and (p / "__init__.py").exists())]
     for folder in folders:
         row = rows.get(rel(folder) + "/")
-        assert row is not None, f"README's layout has no row for {rel(folder)}/"
+        assert row is not None, f"{rel(LAYOUT)}'s layout has no row for {rel(folder)}/"
         names = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
         names += [p.name + "/" for p in folder.iterdir()
                   if p.is_dir() and p.name != "__pycache__" and folder.name != "benchmarks"]
         missing = sorted(n for n in names if f"`{n}`" not in row)
-        assert not missing, f"README's layout row for {rel(folder)}/ does not name {missing}"
+        assert not missing, f"{rel(LAYOUT)}'s layout row for {rel(folder)}/ lacks {missing}"
+
+
+
+def test_layout_names_every_config_file():
+    """The layout rows of gunicorn/, nginx/ and sysctl/ name every file in them."""
+    rows = dict(re.findall(r"^\| `(\w+/)` \| (.*) \|$", LAYOUT.read_text(), re.M))
+    for folder in ("gunicorn", "nginx", "sysctl"):
+        files = [p.relative_to(ROOT / folder).as_posix()
+                 for p in (ROOT / folder).rglob("*") if p.is_file()]
+        missing = sorted(f for f in files if f"`{f}`" not in rows[folder + "/"])
+        assert not missing, f"{rel(LAYOUT)}'s row for {folder}/ does not name {missing}"
+
+
+README_MAX_LINES = 250
+
+
+def test_the_readme_is_a_front_door():
+    """At most 250 lines; it links every docs/ page and every lab, so nothing moved out of
+    it is lost."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    unlinked = [rel(p) for p in (*pages(), *lab_files(), EXERCISES / "INSTRUCTOR.md")
+                if f"]({rel(p)})" not in text]
+    assert not unlinked, f"README.md does not link {unlinked}"
+    assert len(pages()) >= 5

@@ -96,10 +96,12 @@ def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
     assert "no stage is up" in result.stderr
 
 
-# every stage but the failure twins (tests/lab/test_failures.py runs those): every set
-# but `failures`
-FULL = tuple(s for s in stages.STAGES if not s.failure)
-FULL_SPEC = ",".join(name for name in stages.SETS if name != "failures")
+# every set but `failures` (tests/lab/test_failures.py runs those) and `gevent`: its
+# twins are their base stages on another worker, and gevent with Nginx in front is
+# stage 8's own (the app's suite runs Socket.IO, the guard and durability on gevent).
+# Left out to keep `make test` under its time (about 50 s).
+FULL_SPEC = ",".join(name for name in stages.SETS if name not in ("failures", "gevent"))
+FULL = tuple(stages.select(FULL_SPEC))
 
 
 @pytest.fixture(scope="module")

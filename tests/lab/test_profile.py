@@ -56,6 +56,15 @@ def test_shares_add_up_and_show_the_pool():
     assert buckets.shares(DATA / "missing.folded") is None
 
 
+def test_a_reduced_profile_keeps_every_bucket_share(tmp_path):
+    """The reference capture keeps each stack's deciding frame only: the same shares."""
+    for path in (STAGE0, STAGE2):
+        small = tmp_path / path.name
+        buckets.reduce(path, small)
+        assert buckets.shares(small) == buckets.shares(path), path.name
+        assert len(small.read_text()) < len(path.read_text()) / 3
+
+
 def test_every_rule_names_a_bucket():
     assert {bucket for bucket, _ in buckets.RULES} == set(buckets.BUCKETS)
 

@@ -1,7 +1,7 @@
-"""The README's commands for real machines, run as written against a `lab up`.
+"""The commands of docs/your-stack.md for real machines, run as written against a `lab up`.
 
 `lab up 5 --client-hosts 2` serves Locust's master web UI with a worker on each
-client host; then README's two commands of "Against your own stack" run on
+client host; then the page's two commands of "Against your own stack" run on
 its two client hosts as they would on two machines: the master (`lab run
 --target ... --locust-args '--master ...'`) on `client2`, a worker started by
 hand on `client`. Only the placeholders (`HOST`, `THIS_BOX`) and the load's
@@ -33,8 +33,8 @@ VENV_PATH = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['
 
 
 def readme_commands() -> tuple[str, str]:
-    """(the master's command, the worker's) from README's block for real machines."""
-    readme = ROOT / "README.md"
+    """(the master's command, the worker's) from the docs' block for real machines."""
+    readme = ROOT / "docs" / "your-stack.md"
     for n, lang, lines in fenced_blocks(readme):
         if lang == "bash" and any("--master-host THIS_BOX" in line for line in lines):
             texts = [c.text for c in block_commands(readme, n, lines)]
@@ -42,7 +42,7 @@ def readme_commands() -> tuple[str, str]:
             worker = [t for t in texts if "--worker" in t]
             assert len(master) == len(worker) == 1, texts
             return master[0], worker[0]
-    pytest.fail("README.md has no ```bash block with `--master-host THIS_BOX`")
+    pytest.fail("docs/your-stack.md has no ```bash block with `--master-host THIS_BOX`")
 
 
 def filled(command: str, **values: str) -> list[str]:

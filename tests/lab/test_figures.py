@@ -1,0 +1,80 @@
+"""Figures in prose that quote the committed reference capture are its own.
+
+Each entry: a doc, a pattern with the figure as its group, and the figure as the
+capture (notebooks/reference-run/) gives it, formatted as the prose writes it. A
+figure changed by hand, or left behind by a new capture, fails here. Figures from
+other runs carry their command beside them instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks import stages
+from benchmarks.analysis import reference
+
+ROOT = stages.ROOT
+
+
+def metric(key: str, name: str):
+    found = json.loads((reference.DEST / stages.get(key).dirname / "metrics.json").read_text())
+    return found[name]
+
+
+def across(name: str) -> list[float]:
+    return [metric(s.key, name) for s in reference.captured_stages()]
+
+
+def thousands(n: float) -> str:
+    return f"{round(n, -3):,.0f}"
+
+
+FIGURES = [
+    ("docs/reference-run.md", r"other processes took at\s+most ([\d.]+)% of the server's core",
+     lambda: f"{max(across('foreign_cpu_pct')):g}"),
+    ("docs/reference-run.md", r"Client CPU\s+stays under (\d+)% of Locust's core",
+     lambda: str(5 * (int(max(across("client_cpu_p95"))) // 5 + 1))),
+    ("docs/reference-run.md", r"In 6p the Socket.IO users fail on purpose \(WS acks/s ([\d.]+)",
+     lambda: f"{metric('6p', 'sio_rps'):g}"),
+    ("docs/reference-run.md", r"ack p95 (\d+) s: the time-out",
+     lambda: f"{metric('6p', 'sio_p95_ms') / 1000:g}"),
+    ("docs/stages.md", r"([\d.]+) in stage 4 and\s+[\d.]+ in stage 5 in the reference capture",
+     lambda: f"{metric('4', 'upstream_reused_share'):.1f}"),
+    ("docs/stages.md", r"in stage 4 and\s+([\d.]+) in stage 5 in the reference capture",
+     lambda: f"{metric('5', 'upstream_reused_share'):g}"),
+    ("exercises/11-when-it-breaks.md", r"one TIME_WAIT on the app host per request, about\s+"
+     r"([\d,]+) at the peak", lambda: thousands(metric("0", "tw_redis_peak"))),
+    ("exercises/12-profile-then-fix.md", r"the Redis connect bucket was ([\d.]+) of the app's\s+"
+     r"samples in stage 1", lambda: f"{metric('1', 'cpu_share_redis_connect'):.2f}"),
+    ("exercises/12-profile-then-fix.md", r"samples in stage 1; in stage 2 it was ([\d.]+)",
+     lambda: f"{metric('2', 'cpu_share_redis_connect'):.3f}"),
+    ("exercises/12-profile-then-fix.md",
+     r"the reference run's stage 5 the buckets were: ([\s\S]+?)\.\s",
+     lambda: share_list("5", [("Redis commands", "redis_commands"),
+                              ("the HTTP\nserver's loop", "http_server"),
+                              ("Flask's routing and hooks", "flask"), ("JSON", "json"),
+                              ("the token\ncheck", "token"), ("logging", "logging"),
+                              ("Socket.IO", "socketio")])),
+    ("exercises/12-profile-then-fix.md", r"HTTP server's own loop was (\d\.\d+) of stage 7's",
+     lambda: f"{metric('7', 'cpu_share_http_server'):.2f}"),
+    ("exercises/12-profile-then-fix.md", r"up\s+from stage 5's (\d\.\d+)",
+     lambda: f"{metric('5', 'cpu_share_http_server'):.2f}"),
+]
+
+
+def share_list(key: str, named: list[tuple[str, str]]) -> str:
+    """`Redis commands 0.43, the HTTP server's loop 0.30, ...` as the prose words it."""
+    return ", ".join(f"{words} {metric(key, 'cpu_share_' + bucket):.2f}"
+                     for words, bucket in named)
+
+
+@pytest.mark.parametrize("path,pattern,figure", FIGURES, ids=lambda v: str(v)[:40])
+def test_a_quoted_reference_figure_is_the_captures(path, pattern, figure):
+    text = (ROOT / path).read_text()
+    found = re.search(pattern, text)
+    assert found, f"{path} no longer says {pattern!r}"
+    assert found[1] == figure(), f"{path}: {found[0]!r}, the capture says {figure()}"
+
