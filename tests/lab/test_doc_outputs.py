@@ -219,3 +219,15 @@ def test_check_counts_in_the_labs_are_the_registrys():
             assert int(claimed) == wanted, f"{path.name}: STAGES={spec} has {wanted} checks"
             found += 1
     assert found
+
+
+def test_the_readmes_main_line_counts_are_the_registrys():
+    """README's `make lab` figure: the main line's stages and its checks, all passed, as
+    benchmarks/stages.py gives them."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"\(the main line, (\d+) stages, .*?; (\d+) of (\d+) checks passed\)",
+                      text)
+    assert found, "README.md no longer says how long `make lab` took, with its checks"
+    main = stages.select("main")
+    assert int(found[1]) == len(main)
+    assert int(found[2]) == int(found[3]) == sum(len(s.checks) for s in main)
