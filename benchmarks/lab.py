@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from benchmarks import stages
 from benchmarks.analysis import metrics, report
-from benchmarks.run import cli, environment, locust_cli, options, results, runner
+from benchmarks.run import cli, environment, locust_cli, options, results, runner, slo
 from benchmarks.run.cli import say
 from benchmarks.sandbox import hosts, procs, sandbox
 from benchmarks.sockets_tab import stage_shot, web_ui
@@ -48,6 +48,11 @@ def cmd_run(args) -> int:
     run_dir = results.new_run(opts.results)
     done, failed = run_and_report(opts, run_dir)
     if failed:
+        return 1
+    missed = [f"{r['stage'].key} ({', '.join(slo.missed(r['slo']))})" for r in done
+              if slo.missed(r.get("slo", []))]
+    if missed:
+        say(f"lab: objectives missed: stage {'; stage '.join(missed)}")
         return 1
     if opts.strict and any(not c["passed"] for r in done for c in r["checks"]):
         return 3
@@ -130,7 +135,12 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     runner.measure(load, stage_dir, None, opts, args.user_classes.split(","))
     totals = metrics.locust_totals(stage_dir)
     say(json.dumps(totals))
-    return 0
+    judged = slo.judge(opts.slo, totals)
+    if judged:
+        results.write_json(stage_dir / slo.SLO_JSON, judged)
+        for j in judged:
+            say(slo.line(j))
+    return 1 if slo.missed(judged) else 0
 
 
 def cmd_up(args) -> int:
@@ -308,6 +318,9 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
                      help="with --target: Locust user classes, comma separated")
     add_host_counts(run, defaults)
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
+    run.add_argument("--slo", default="", metavar="OBJECTIVES",
+                     help="objectives every stage (or the --target) must meet, else exit 1: "
+                          + slo.GRAMMAR.replace("%", "%%"))
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from benchmarks.analysis import metrics, repeats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
-from benchmarks.run import results
+from benchmarks.run import results, slo
 
 TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (server)"),
                  ("p50_ms", "p50 ms"),
@@ -268,6 +268,9 @@ def write(run_dir: Path) -> None:
     missing = not_run_section(run_dir, info)
     if missing:
         text += [missing, ""]
+    gates = objectives_section(run_dir)
+    if gates:
+        text += [gates, ""]
     text += [
         "## Plots",
         "",
@@ -280,6 +283,26 @@ def write(run_dir: Path) -> None:
         checks_section(run_dir),
     ]
     (run_dir / results.REPORT_MD).write_text("\n".join(text))
+
+
+def objectives_section(run_dir: Path) -> str:
+    """`--slo`'s objectives, each stage's verdict (first repeat's folders), or ""."""
+    judged = [(stage, slo.read(folder)) for stage, folder in results.present_stages(run_dir)]
+    judged = [(stage, j) for stage, j in judged if j]
+    if not judged:
+        return ""
+    lines = ["## Objectives (--slo)", "",
+             "Latencies are the client's (what a user waits), the entry point's own in "
+             "brackets; a stage that misses one makes `lab run` exit 1.", "",
+             "| stage | objective | measured | met |", "|---|---|---|---|"]
+    for stage, rows in judged:
+        for j in rows:
+            measured = "not measured" if j["measured"] is None else f"{j['measured']:g}"
+            if j.get("server") is not None:
+                measured += f" (server {j['server']:g})"
+            lines.append(f"| {stage.dirname} | `{j['objective']}` | {measured} | "
+                         f"{'yes' if j['met'] else '**no**'} |")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:

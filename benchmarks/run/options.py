@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.run import results
+from benchmarks.run import results, slo
 from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import Stage
 
@@ -45,6 +45,7 @@ class RunOptions:
     client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
     repeats: int = 1  # runs of every stage, interleaved (0,1,2,0,1,2...)
     profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
+    slo: tuple[slo.Objective, ...] = ()  # objectives each stage must meet (--slo), else exit 1
 
     def __post_init__(self):
         if not self.stages:
@@ -103,7 +104,8 @@ class RunOptions:
                 "sandbox": self.sandbox, "client_hosts": self.client_hosts,
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
-                "repeats": self.repeats, "profile": self.profile}
+                "repeats": self.repeats, "profile": self.profile,
+                "slo": [o.text for o in self.slo]}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -166,4 +168,13 @@ def from_args(args) -> RunOptions:
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
         app_cpus=args.app_cpus,
         screenshots=args.screenshots, client_hosts=args.client_hosts,
-        repeats=getattr(args, "repeats", 1), profile=args.profile)
+        repeats=getattr(args, "repeats", 1), profile=args.profile,
+        slo=objectives(getattr(args, "slo", None)))
+
+
+def objectives(spec: str | None) -> tuple[slo.Objective, ...]:
+    """--slo's objectives, or a one-line error with the grammar before anything starts."""
+    try:
+        return slo.parse(spec)
+    except slo.SLOError as e:
+        raise OptionsError(str(e)) from e

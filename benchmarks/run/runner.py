@@ -30,7 +30,7 @@ from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
-from benchmarks.run import cli, environment, fitting, locust_cli, progress, results
+from benchmarks.run import cli, environment, fitting, locust_cli, progress, results, slo
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
@@ -483,11 +483,16 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     progress.say_outcome(result, checks, stage_dir)
+    judged = slo.judge(opts.slo, result)
+    if judged:
+        results.write_json(stage_dir / slo.SLO_JSON, judged)
+        for j in judged:
+            say(slo.line(j))
     if opts.screenshots and screenshot:
         shown.phase("a screenshot of the Sockets tab")
         screenshot(stage, stage_dir, stack.url)
-    return {"stage": stage, "metrics": result, "checks": checks, "sysctls": sysctls,
-            "hosts": placed}
+    return {"stage": stage, "metrics": result, "checks": checks, "slo": judged,
+            "sysctls": sysctls, "hosts": placed}
 
 
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:

@@ -71,7 +71,8 @@ def share_list(key: str, named: list[tuple[str, str]]) -> str:
                      for words, bucket in named)
 
 
-@pytest.mark.parametrize("path,pattern,figure", FIGURES, ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize("path,pattern,figure", FIGURES,
+                         ids=[f"{path}-{n}" for n, (path, _, _) in enumerate(FIGURES)])
 def test_a_quoted_reference_figure_is_the_captures(path, pattern, figure):
     text = (ROOT / path).read_text()
     found = re.search(pattern, text)

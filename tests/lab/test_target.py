@@ -41,8 +41,10 @@ def test_a_target_run_has_its_own_folder_and_leaves_latest_alone(tmp_path, redis
     with gunicorn(redis_url, tmp_path, ["-w", "1"]) as url:
         code, out = run_module("benchmarks.lab", "run", "--target", url, "--duration", "2",
                                "--users", "2", "--user-classes", "KeyValueUser",
-                               "--results", str(base), timeout=120)
+                               "--slo", "p99<60s,failures<1%", "--results", str(base),
+                               timeout=120)
     assert code == 0, out
+    assert "[slo met] p99<60s" in out and "[slo met] failures<1%" in out  # judged on Locust's
     runs = sorted(p.name for p in base.iterdir() if p.name.endswith("-target"))
     assert len(runs) == 1, sorted(p.name for p in base.iterdir())
     stage_dir = base / runs[0] / "target"
