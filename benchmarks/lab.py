@@ -44,7 +44,7 @@ def cmd_run(args) -> int:
     opts, note = options.on_sandbox(opts, cli.resolve_sandbox(opts.sandbox), args.stages)
     if note:
         say(f"note: {note}")
-    runner.check_locust_args(opts)
+    locust_cli.check_locust_args(opts)
     run_dir = results.new_run(opts.results)
     done, failed = run_and_report(opts, run_dir)
     if failed:
@@ -118,7 +118,7 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     refusal = hosts.outside_refusal(url, f"python -m benchmarks.lab run --target {url}")
     if refusal:
         raise options.OptionsError(f"--target {refusal}")
-    runner.check_locust_args(opts)
+    locust_cli.check_locust_args(opts)
     # its own folder name, and `results/latest` stays on the newest full run: a target
     # run has no servers to report on, so it writes no report.md or summary.csv
     run_dir = results.new_run(opts.results, suffix="target")

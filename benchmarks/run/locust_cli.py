@@ -10,16 +10,19 @@ tab is a second locustfile, loaded by path after it.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.run import results
+from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
 SOCKETS_TAB = "benchmarks/sockets_tab/plugin.py"  # the Sockets tab, a Locust plugin
+SOCKETIO_CLASS = "SocketIOChatUser"
 
 
 def locustfiles(user_classes: Iterable[str], sockets_tab: bool = False) -> str:
@@ -70,3 +73,45 @@ def components(master: subprocess.Popen, workers: dict) -> dict[str, list[int]]:
     for role, worker in workers.items():
         found.setdefault(results.locust_component(role), []).append(worker.pid)
     return found
+
+
+def socketio_users(opts: RunOptions, user_classes) -> int:
+    """The Socket.IO users that run beside the HTTP users (0 where the stage has none)."""
+    return opts.socketio_users if SOCKETIO_CLASS in user_classes else 0
+
+
+def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
+                   csv_prefix: Path | None, users_file: Path | None = None,
+                   chat_settings: dict | None = None) -> list[str]:
+    # Socket.IO users come on top, so every stage has the same HTTP users
+    users = opts.users + socketio_users(opts, user_classes)
+    cmd = ["--headless", "-u", str(users),
+           "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
+           "--only-summary", "--stop-timeout", "5"]
+    if stages.locustfile(user_classes) == stages.LOCUSTFILE:
+        # the lab wants the server saturated: almost no think time between tasks
+        cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
+                "--chat-socketio-users", str(socketio_users(opts, user_classes)),
+                *chat_options(chat_settings or {})]
+        if users_file:
+            cmd += ["--chat-users-file", str(users_file)]
+    if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
+        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
+                "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
+        if socketio_users(opts, user_classes):
+            cmd += ["--chat-sessions-file", str(csv_prefix.parent / results.SESSIONS_JSON)]
+    return command(user_classes, [*cmd, *opts.locust_args])
+
+
+def check_locust_args(opts: RunOptions) -> None:
+    """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
+    if not opts.locust_args:
+        return
+    cmd = command((), [*opts.locust_args, "--list"])
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=procs.child_env(),
+                          timeout=60)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        last = " ".join(ln for ln in lines if "error" in ln) or lines[-1]
+        raise OptionsError(f"Locust rejects --locust-args {shlex.join(opts.locust_args)!r}: "
+                           f"{last}")

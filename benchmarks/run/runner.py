@@ -25,7 +25,6 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks import stages
 from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
@@ -37,7 +36,6 @@ from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
-SOCKETIO_CLASS = "SocketIOChatUser"
 FRIENDS_PER_USER = 5
 WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
 # What `lab run` passes to take a stage's Sockets tab after it is measured, with the
@@ -234,48 +232,6 @@ def probe_delivery(box: sandbox.Sandbox, stage: Stage, stage_dir: Path,
     say(f"  {last}" if code in (0, 1) else f"  delivery probe failed (exit {code}): {last}")
 
 
-def socketio_users(opts: RunOptions, user_classes) -> int:
-    """The Socket.IO users that run beside the HTTP users (0 where the stage has none)."""
-    return opts.socketio_users if SOCKETIO_CLASS in user_classes else 0
-
-
-def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
-                   csv_prefix: Path | None, users_file: Path | None = None,
-                   chat_settings: dict | None = None) -> list[str]:
-    # Socket.IO users come on top, so every stage has the same HTTP users
-    users = opts.users + socketio_users(opts, user_classes)
-    cmd = ["--headless", "-u", str(users),
-           "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
-           "--only-summary", "--stop-timeout", "5"]
-    if stages.locustfile(user_classes) == stages.LOCUSTFILE:
-        # the lab wants the server saturated: almost no think time between tasks
-        cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
-                "--chat-socketio-users", str(socketio_users(opts, user_classes)),
-                *locust_cli.chat_options(chat_settings or {})]
-        if users_file:
-            cmd += ["--chat-users-file", str(users_file)]
-    if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
-        cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
-                "--html", str(csv_prefix.parent / results.LOCUST_HTML)]
-        if socketio_users(opts, user_classes):
-            cmd += ["--chat-sessions-file", str(csv_prefix.parent / results.SESSIONS_JSON)]
-    return locust_cli.command(user_classes, [*cmd, *opts.locust_args])
-
-
-def check_locust_args(opts: RunOptions) -> None:
-    """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
-    if not opts.locust_args:
-        return
-    cmd = locust_cli.command((), [*opts.locust_args, "--list"])
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=procs.child_env(),
-                          timeout=60)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines() or ["(no message)"]
-        last = " ".join(ln for ln in lines if "error" in ln) or lines[-1]
-        raise OptionsError(f"Locust rejects --locust-args {shlex.join(opts.locust_args)!r}: "
-                           f"{last}")
-
-
 @dataclass
 class Load:
     """Where the load comes from and goes to, and what the sampler watches meanwhile."""
@@ -308,8 +264,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         return None
     say(f"  warm-up: {opts.warmup:g} s against {load.warmup_url}")
     prefix = stage_dir / WARMUP_PREFIX
-    cmd = [*locust_command(load.warmup_url, opts, opts.warmup, user_classes, None, users_file,
-                           load.chat_settings),
+    cmd = [*locust_cli.locust_command(load.warmup_url, opts, opts.warmup, user_classes, None,
+                                      users_file, load.chat_settings),
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
@@ -338,7 +294,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     """The measured Locust run with the sampler beside it. Returns where
     `load.count_log` ended when it started (what the log gains is that run's)."""
     env = procs.child_env()
-    cmd = locust_command(load.url, opts, opts.duration, user_classes,
+    cmd = locust_cli.locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX, users_file, load.chat_settings)
     if load.workers:  # the master: it counts, its workers (start_workers) send the load
         cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),

@@ -48,7 +48,7 @@ from pathlib import Path
 from benchmarks import stages
 from benchmarks.analysis import intervals, metrics
 from benchmarks.capture import kernel, tables
-from benchmarks.run import cli, options, results, runner
+from benchmarks.run import cli, locust_cli, options, results, runner
 from benchmarks.run.cli import say
 from benchmarks.sandbox import procs, sandbox
 from benchmarks.studies import book
@@ -155,7 +155,7 @@ def run_wrk(client: list[str], url: str, seconds: int, wrk: Wrk, script: Path,
 
 def run_locust(client: list[str], url: str, seconds: int, out_dir: Path) -> dict:
     opts = book.run_options()
-    cmd = runner.locust_command(url, opts, seconds, (book.USER_CLASS,), out_dir / "locust")
+    cmd = locust_cli.locust_command(url, opts, seconds, (book.USER_CLASS,), out_dir / "locust")
     with open(out_dir / "locust.log", "w") as log:
         subprocess.run([*client, *cmd], stdout=log, stderr=subprocess.STDOUT,
                        env=procs.child_env(), cwd=stages.ROOT, timeout=seconds + 60)

@@ -58,7 +58,7 @@ import psutil
 from benchmarks import stages
 from benchmarks.analysis import metrics
 from benchmarks.capture import csvfile
-from benchmarks.run import cli, options, results, runner
+from benchmarks.run import cli, locust_cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import hosts
 from benchmarks.stages import Stage
@@ -304,7 +304,7 @@ def run_sweep(args) -> int:
     if args.repeats < 1:
         raise options.OptionsError(f"--repeats must be >= 1 (got {args.repeats})")
     opts = dataclasses.replace(run_options(args), sandbox=cli.resolve_sandbox(args.sandbox))
-    runner.check_locust_args(opts)
+    locust_cli.check_locust_args(opts)
     sweep_dir = results.new_run(opts.results, suffix="sweep")
     say(f"sweep: stage {stage.key} {stage.slug}, -w {','.join(map(str, args.workers))}, "
         f"{args.repeats} repeat(s), {opts.duration:g} s each, {opts.users} "
