@@ -132,7 +132,8 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
     runner.check_endpoints([], url, stage_dir, None)
     load = runner.Load(client=[], url=url, warmup_url=url, sampler={"classes": {"front": port}},
                        server_pids={}, snapshots={".": []})
-    runner.measure(load, stage_dir, None, opts, args.user_classes.split(","))
+    runner.measure(load, stage_dir, None, opts,
+                   locust_cli.load_classes(args.user_classes.split(","), opts))
     totals = metrics.locust_totals(stage_dir)
     say(json.dumps(totals))
     judged = slo.judge(opts.slo, totals)
@@ -318,6 +319,10 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
                      help="with --target: Locust user classes, comma separated")
     add_host_counts(run, defaults)
     run.add_argument("--strict", action="store_true", help="exit 3 when a check fails")
+    run.add_argument("--arrival-rate", type=float, default=None, metavar="R",
+                     help="an open-model load instead of the HTTP users: R requests started "
+                          "a second on a schedule that does not wait for answers, each timed "
+                          "from its intended start (benchmarks/arrivals.py)")
     run.add_argument("--slo", default="", metavar="OBJECTIVES",
                      help="objectives every stage (or the --target) must meet, else exit 1: "
                           + slo.GRAMMAR.replace("%", "%%"))

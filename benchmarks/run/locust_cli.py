@@ -23,6 +23,8 @@ from benchmarks.stages import ROOT
 
 SOCKETS_TAB = "benchmarks/sockets_tab/plugin.py"  # the Sockets tab, a Locust plugin
 SOCKETIO_CLASS = "SocketIOChatUser"
+ARRIVAL_CLASS = "ArrivalUser"  # the open model (benchmarks/arrivals.py)
+ARRIVALS_JSON = "arrivals.json"  # its schedule's counts, in the stage folder
 
 
 def locustfiles(user_classes: Iterable[str], sockets_tab: bool = False) -> str:
@@ -83,12 +85,18 @@ def socketio_users(opts: RunOptions, user_classes) -> int:
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                    csv_prefix: Path | None, users_file: Path | None = None,
                    chat_settings: dict | None = None) -> list[str]:
-    # Socket.IO users come on top, so every stage has the same HTTP users
-    users = opts.users + socketio_users(opts, user_classes)
+    # Socket.IO users come on top, so every stage has the same HTTP users; the open model
+    # has one ArrivalUser in their place, starting requests at the rate
+    arrivals = ARRIVAL_CLASS in user_classes
+    users = (1 if arrivals else opts.users) + socketio_users(opts, user_classes)
     cmd = ["--headless", "-u", str(users),
            "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
-    if stages.locustfile(user_classes) == stages.LOCUSTFILE:
+    if arrivals:
+        cmd += ["--arrival-rate", f"{opts.arrival_rate:g}"]
+        if csv_prefix:
+            cmd += ["--arrival-file", str(csv_prefix.parent / ARRIVALS_JSON)]
+    if stages.locustfile(user_classes) in (stages.LOCUSTFILE, stages.ARRIVALS_LOCUSTFILE):
         # the lab wants the server saturated: almost no think time between tasks
         cmd += ["--chat-wait-min", "0", "--chat-wait-max", f"{opts.wait_max:g}",
                 "--chat-socketio-users", str(socketio_users(opts, user_classes)),
@@ -103,11 +111,20 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
     return command(user_classes, [*cmd, *opts.locust_args])
 
 
+def load_classes(user_classes, opts: RunOptions) -> tuple[str, ...]:
+    """The user classes that load a stage: its own, or with --arrival-rate the open model
+    in place of its HTTP users (its Socket.IO users stay beside it)."""
+    if opts.arrival_rate is None:
+        return tuple(user_classes)
+    return (ARRIVAL_CLASS, *(c for c in user_classes if c == SOCKETIO_CLASS))
+
+
 def check_locust_args(opts: RunOptions) -> None:
     """Locust's own parser on --locust-args, before anything starts (`--list` exits at once)."""
     if not opts.locust_args:
         return
-    cmd = command((), [*opts.locust_args, "--list"])
+    cmd = command((), [*opts.locust_args, "--list"],
+                  files=(ARRIVAL_CLASS,) if opts.arrival_rate else None)
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=procs.child_env(),
                           timeout=60)
     if done.returncode != 0:

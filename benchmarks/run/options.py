@@ -18,6 +18,9 @@ from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import Stage
 
 SANDBOXES = ("auto", "netns", "host")
+# One Locust process on one core starts a few thousand requests a second at most; past
+# that the schedule slips and the figures would be the client's (arrivals.py counts it).
+MAX_ARRIVAL_RATE = 5000
 
 
 class OptionsError(ValueError):
@@ -46,6 +49,7 @@ class RunOptions:
     repeats: int = 1  # runs of every stage, interleaved (0,1,2,0,1,2...)
     profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
     slo: tuple[slo.Objective, ...] = ()  # objectives each stage must meet (--slo), else exit 1
+    arrival_rate: float | None = None  # the open model: requests started a second (arrivals.py)
 
     def __post_init__(self):
         if not self.stages:
@@ -59,6 +63,9 @@ class RunOptions:
             raise OptionsError(f"--duration must be at least 1 second (got {self.duration:g})")
         if self.spawn_rate <= 0:
             raise OptionsError(f"--spawn-rate must be above 0 (got {self.spawn_rate:g})")
+        if self.arrival_rate is not None and not 0 < self.arrival_rate <= MAX_ARRIVAL_RATE:
+            raise OptionsError(f"--arrival-rate must be above 0 and at most {MAX_ARRIVAL_RATE} "
+                               f"requests a second (got {self.arrival_rate:g})")
         if self.warmup < 0:
             raise OptionsError(f"--warmup cannot be negative (got {self.warmup:g})")
         if self.socketio_users < 0:
@@ -105,7 +112,7 @@ class RunOptions:
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
                 "repeats": self.repeats, "profile": self.profile,
-                "slo": [o.text for o in self.slo]}
+                "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -169,7 +176,8 @@ def from_args(args) -> RunOptions:
         app_cpus=args.app_cpus,
         screenshots=args.screenshots, client_hosts=args.client_hosts,
         repeats=getattr(args, "repeats", 1), profile=args.profile,
-        slo=objectives(getattr(args, "slo", None)))
+        slo=objectives(getattr(args, "slo", None)),
+        arrival_rate=getattr(args, "arrival_rate", None))
 
 
 def objectives(spec: str | None) -> tuple[slo.Objective, ...]:

@@ -29,7 +29,7 @@ from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
-from benchmarks.run import cli, environment, fitting, locust_cli, progress, results, slo
+from benchmarks.run import cli, environment, fitting, locust_cli, open_model, progress, results, slo
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
@@ -409,7 +409,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             placed = box.where()
             load = stage_load(stage, box, stack, stage_dir)
             shown.phase("warm-up")
-            warm_rps = warm_up(load, stage_dir, users_file, opts, stage.users)
+            classes = locust_cli.load_classes(stage.users, opts)
+            warm_rps = warm_up(load, stage_dir, users_file, opts, classes)
             say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
                        fitting.fit_tw_cap(box, warm_rps, opts))
             sysctls = box.sysctls()
@@ -422,7 +423,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            count_from = profiled(load, stage_dir, users_file, opts, stage.users)
+            count_from = profiled(load, stage_dir, users_file, opts, classes)
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
@@ -439,6 +440,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     progress.say_outcome(result, checks, stage_dir)
+    if open_model.read(stage_dir):
+        say(open_model.line(open_model.read(stage_dir)))
     judged = slo.judge(opts.slo, result)
     if judged:
         results.write_json(stage_dir / slo.SLO_JSON, judged)
