@@ -222,18 +222,10 @@ def not_run_section(run_dir: Path, info: dict) -> str:
     return "\n".join(lines)
 
 
-def write(run_dir: Path) -> None:
-    """summary.csv, report.md and plots/*.png in run_dir."""
-    run_dir = Path(run_dir)
-    table = rows(run_dir)
-    with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=(*SUMMARY_COLUMNS, *repeats.COLUMNS),
-                                extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(table)
-    info = results.run_info(run_dir)
+def header(run_dir: Path, info: dict) -> list[str]:
+    """report.md's title, what was run, and how to read the table."""
     params = info.get("parameters", {})
-    text = [
+    return [
         f"# Lab run {run_dir.name}" + ("" if run_dir.name[:1].isdigit()  # results/<timestamp>
                                        else f" (a copy of the run of {info.get('started')})"),
         "",
@@ -258,6 +250,21 @@ def write(run_dir: Path) -> None:
         "failures), `count.json` (the server's count), `sampler.csv` (sockets, CPU), "
         "`metrics.json` (all derived numbers), `checks.json`.",
         "",
+    ]
+
+
+def write(run_dir: Path) -> None:
+    """summary.csv, report.md and plots/*.png in run_dir."""
+    run_dir = Path(run_dir)
+    table = rows(run_dir)
+    with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=(*SUMMARY_COLUMNS, *repeats.COLUMNS),
+                                extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(table)
+    info = results.run_info(run_dir)
+    text = [
+        *header(run_dir, info),
         summary_table(run_dir),
         "",
     ]

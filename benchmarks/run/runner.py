@@ -413,12 +413,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             warm_rps = warm_up(load, stage_dir, users_file, opts, classes)
             say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
                        fitting.fit_tw_cap(box, warm_rps, opts))
-            sysctls = box.sysctls()
-            results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
-            results.write_json(stage_dir / results.SOCKETS_JSON, sockets_layout(stage, box))
-            say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
-                                 f"{v.get(PORT_RANGE)}"
-                                 for role, v in sysctls.items() if role in stage.connecting_roles))
+            sysctls = record_hosts(stage, box, stage_dir)
             shown.phase("measuring")
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
@@ -440,18 +435,38 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     metrics.summarize_nginx_errors(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     progress.say_outcome(result, checks, stage_dir)
-    if open_model.read(stage_dir):
-        say(open_model.line(open_model.read(stage_dir)))
-    judged = slo.judge(opts.slo, result)
-    if judged:
-        results.write_json(stage_dir / slo.SLO_JSON, judged)
-        for j in judged:
-            say(slo.line(j))
+    judged = judge_objectives(stage_dir, result, opts)
     if opts.screenshots and screenshot:
         shown.phase("a screenshot of the Sockets tab")
         screenshot(stage, stage_dir, stack.url)
     return {"stage": stage, "metrics": result, "checks": checks, "slo": judged,
             "sysctls": sysctls, "hosts": placed}
+
+
+def record_hosts(stage: Stage, box: sandbox.Sandbox, stage_dir: Path) -> dict:
+    """sysctl.json and sockets.json as the stage is measured, the connecting hosts'
+    settings said; each host's sysctls."""
+    sysctls = box.sysctls()
+    results.write_json(stage_dir / results.SYSCTL_JSON, sysctls)
+    results.write_json(stage_dir / results.SOCKETS_JSON, sockets_layout(stage, box))
+    say("  " + ", ".join(f"{role} tcp_tw_reuse={v.get('net.ipv4.tcp_tw_reuse')} ports "
+                         f"{v.get(PORT_RANGE)}"
+                         for role, v in sysctls.items() if role in stage.connecting_roles))
+    return sysctls
+
+
+def judge_objectives(stage_dir: Path, result: dict, opts: RunOptions) -> list[dict]:
+    """After a stage's checks: what its open-model schedule did, and its --slo verdicts
+    (slo.json); the verdicts."""
+    schedule = open_model.read(stage_dir)
+    if schedule:
+        say(open_model.line(schedule))
+    judged = slo.judge(opts.slo, result)
+    if judged:
+        results.write_json(stage_dir / slo.SLO_JSON, judged)
+        for j in judged:
+            say(slo.line(j))
+    return judged
 
 
 def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:

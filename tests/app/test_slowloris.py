@@ -44,11 +44,14 @@ def slow_connection(port: int) -> socket.socket:
     return sock
 
 
-def slowloris(port: int, stop: threading.Event, cut: list[int]) -> None:
+def slowloris(port: int, stop: threading.Event, cut: list[int],
+              opened: threading.Event) -> None:
     """Keep CONNECTIONS half-sent headers open, a byte each per second, until stop; a
     connection the server closed (readable: its EOF) is counted and opened again.
-    cut: [closed by the server, of them the first CONNECTIONS opened]."""
+    cut: [closed by the server, of them the first CONNECTIONS opened]; `opened` is set
+    once all are open."""
     socks = [slow_connection(port) for _ in range(CONNECTIONS)]
+    opened.set()
     sent, first = [1] * CONNECTIONS, [True] * CONNECTIONS
     try:
         while not stop.wait(1.0):
@@ -102,12 +105,14 @@ def target(kind: str, redis_url: str, tmp_path):
 def test_healthz_keeps_answering_during_slowloris(kind, redis_url, tmp_path):
     with target(kind, redis_url, tmp_path) as url:
         port = int(url.rsplit(":", 1)[1])
-        stop, cut = threading.Event(), [0, 0]
-        attack = threading.Thread(target=slowloris, args=(port, stop, cut))
+        stop, cut, opened = threading.Event(), [0, 0], threading.Event()
+        attack = threading.Thread(target=slowloris, args=(port, stop, cut, opened))
         attack.start()
-        times, deadline = [], time.monotonic() + SECONDS
         try:
-            time.sleep(1)  # every connection open
+            # every connection open first: a probe in the middle of 600 connects (a busy
+            # box opens them over seconds) meets a full accept queue, a network wait
+            opened.wait(30)
+            times, deadline = [], time.monotonic() + SECONDS
             while time.monotonic() < deadline:
                 started = time.monotonic()
                 assert requests.get(url + "/healthz", timeout=5).status_code == 200
