@@ -136,12 +136,7 @@ def cmd_run_target(args, opts: options.RunOptions) -> int:
                    locust_cli.load_classes(args.user_classes.split(","), opts))
     totals = metrics.locust_totals(stage_dir)
     say(json.dumps(totals))
-    judged = slo.judge(opts.slo, totals)
-    if judged:
-        results.write_json(stage_dir / slo.SLO_JSON, judged)
-        for j in judged:
-            say(slo.line(j))
-    return 1 if slo.missed(judged) else 0
+    return 1 if slo.missed(runner.judge_objectives(stage_dir, totals, opts)) else 0
 
 
 def cmd_up(args) -> int:
