@@ -8,17 +8,65 @@ request there, in the shape the lab reads from every access log
 the first hook to the response: `"GET /users/me HTTP/1.1" 200 0.004213`. It
 times the app (routing, hooks, the view, Redis), not the server's parsing and
 socket writes. Off by default: the lab turns it on for the built-in server.
+
+No log gets a token: a Socket.IO client may send its token as ``?token=``, and a
+log is read by more people than the API's users. Every request line written
+here, by werkzeug (`flask run`) and by gunicorn has the token's value replaced
+(``token=[redacted]``): gunicorn builds its line from the WSGI environ
+(``RAW_URI``, ``QUERY_STRING``) after the app has answered, so ``RedactedQuery``
+rewrites those once the app is done with them. Nginx does the same with a
+``map`` (nginx/nginx.conf).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from flask import Flask, g, request
 
+REDACTED = "[redacted]"
+# A `token` query parameter, its name as Werkzeug decodes it (`%74oken` too), any case.
+TOKEN_PARAM = re.compile(r"(^|[?&])((?:t|%74)(?:o|%6f)(?:k|%6b)(?:e|%65)(?:n|%6e))=[^&\s\"]*",
+                         re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """A query string, a URL or a request line with every token's value replaced."""
+    return TOKEN_PARAM.sub(rf"\1\2={REDACTED}", text) if "=" in text else text
+
+
+class RedactTokens(logging.Filter):
+    """werkzeug's own request lines (`flask run`) with the token's value replaced."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+class RedactedQuery:
+    """Outermost WSGI layer: once the app has answered, the environ's query is redacted,
+    so the server's access log (gunicorn reads RAW_URI and QUERY_STRING then) shows no
+    token. A websocket's request returns only when the websocket ends."""
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        try:
+            return self.wsgi_app(environ, start_response)
+        finally:
+            for key in ("RAW_URI", "REQUEST_URI", "QUERY_STRING"):
+                if isinstance(environ.get(key), str):
+                    environ[key] = redact(environ[key])
+
 
 def init_app(app: Flask) -> None:
+    werkzeug_log = logging.getLogger("werkzeug")
+    if not any(isinstance(f, RedactTokens) for f in werkzeug_log.filters):
+        werkzeug_log.addFilter(RedactTokens())
     path = app.config.get("ACCESS_LOG")
     if not path:
         return
@@ -39,7 +87,7 @@ def init_app(app: Flask) -> None:
         started = g.pop("request_started", None)
         if started is not None:
             target = request.environ.get("REQUEST_URI") or request.full_path.rstrip("?")
-            log.info('"%s %s %s" %s %.6f', request.method, target,
+            log.info('"%s %s %s" %s %.6f', request.method, redact(target),
                      request.environ.get("SERVER_PROTOCOL", "HTTP/1.1"), response.status_code,
                      time.perf_counter() - started)
         return response
