@@ -10,7 +10,7 @@ worker holding a listener is killed (SIGKILL). Then:
   Redis answers), and no message may be stored twice;
 - a listener misses messages live (its worker's queue listener reconnecting to
   Redis, its own connection gone with the worker): it sees `seq` jump, or it
-  reconnects, and catches up from the history (benchmarks/room_feed.py, what
+  reconnects, and catches up from the history (benchmarks/chat_socket.py, what
   the Locust user and the delivery probe do); after that, missing at any
   listener: 0.
 
@@ -33,7 +33,7 @@ import requests
 import socketio
 from conftest import RedisProcess, gunicorn, gunicorn_process
 
-from benchmarks.room_feed import RoomFeed, catch_up
+from benchmarks.chat_socket import RoomFeed, catch_up
 from benchmarks.sandbox import procs
 
 TIMEOUT = 5

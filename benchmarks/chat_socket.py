@@ -1,4 +1,5 @@
-"""What a room's listener has seen, so that it knows what it missed and catches up.
+"""A chat client's Socket.IO side: connect and wait, check an ack, and know what it
+missed in its room and catch up.
 
 Every `newMessage` carries the room's `seq` (1, 2, 3, ...), numbered in the same
 Redis script that stores the message (app/chat_store.py), so a stored message
@@ -13,13 +14,17 @@ after it reconnects, since a gap at the end of the feed shows no jump.
 The client does it, not the server: the server cannot tell which pushes a
 client lost, a client can (and a hint from the server would be lost the same
 way). Used by the Locust Socket.IO user (benchmarks/chat.py), the delivery
-probe (benchmarks/run/delivery.py) and tests/app/test_durability.py. Stdlib only:
-a locustfile imports it.
+probe (benchmarks/run/delivery.py) and tests/app/test_durability.py. A
+locustfile imports it: after Locust's gevent patching, as chat.py does.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+
+import socketio
 
 PAGE = 200  # messages per joinRoom ack (app/realtime.py, CATCH_UP_MAX)
 
@@ -113,3 +118,44 @@ def catch_up(call, room, feed: RoomFeed) -> int:
         new += feed.caught(missed)
         after = missed[-1]["id"] if len(missed) >= PAGE else None
     return new
+
+
+class SessionClosed(Exception):
+    """The Engine.IO session ended before the server accepted the Socket.IO connect."""
+
+
+def connect(sio: socketio.Client, url: str, token: str, transport_name: str,
+            timeout: float) -> None:
+    """Connect and wait for the namespace, failing as soon as the Engine.IO session drops.
+
+    python-socketio's own wait (`connect(wait=True)`) sits out its whole timeout
+    when the session closes under it, as a polling session does whose POST lands on
+    the app host that did not open it (stage 6p): the failure would come 10 s late,
+    after a short run has stopped its users, and never be counted.
+    """
+    sio.connect(url, auth={"token": token}, transports=[transport_name], wait=False)
+    deadline = time.monotonic() + timeout
+    while "/" not in sio.namespaces:
+        if sio.failed_namespaces:
+            raise socketio.exceptions.ConnectionError("the server refused the connect")
+        if sio.eio.state != "connected":
+            raise SessionClosed(f"the Engine.IO session closed before the connect was answered "
+                                f"({transport_name}; several app hosts without sticky sessions?)")
+        if time.monotonic() > deadline:
+            sio.disconnect()
+            raise TimeoutError(f"no connect ack within {timeout} s")
+        time.sleep(0.05)  # a greenlet's sleep under Locust
+
+
+class AckError(Exception):
+    """A Socket.IO ack that is an `{error, message}` or lacks a field."""
+
+
+def check_ack(ack, meta: dict, *keys: str) -> None:
+    """Record the ack's size; raise AckError (a failure in the stats) if it is wrong."""
+    meta["response_length"] = len(json.dumps(ack))
+    if isinstance(ack, dict) and "error" in ack:
+        raise AckError(f"{ack.get('error')}: {ack.get('message')}")
+    missing = [k for k in keys if not isinstance(ack, dict) or k not in ack]
+    if missing:
+        raise AckError(f"ack lacks {', '.join(missing)}: {str(ack)[:200]}")
