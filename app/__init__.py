@@ -46,5 +46,4 @@ def create_app(test_config: dict | None = None) -> Flask:
     flask_wsgi_app = app.wsgi_app
     realtime.init_app(app)
     fast_path.init_app(app, flask_wsgi_app)
-    app.wsgi_app = access_log.RedactedQuery(app.wsgi_app)  # outermost: after every layer
     return app

@@ -11,11 +11,11 @@ socket writes. Off by default: the lab turns it on for the built-in server.
 
 No log gets a token: a Socket.IO client may send its token as ``?token=``, and a
 log is read by more people than the API's users. Every request line written
-here, by werkzeug (`flask run`) and by gunicorn has the token's value replaced
-(``token=[redacted]``): gunicorn builds its line from the WSGI environ
-(``RAW_URI``, ``QUERY_STRING``) after the app has answered, so ``RedactedQuery``
-rewrites those once the app is done with them. Nginx does the same with a
-``map`` (nginx/nginx.conf).
+here, by werkzeug (`flask run`) and by gunicorn (its access log, whatever its
+format, and its error log's "Error handling request ...") has the token's value
+replaced (``token=[redacted]``): a filter on their loggers, installed in the
+process that serves (gunicorn's worker). Nginx does the same with a ``map``
+(nginx/nginx.conf).
 """
 
 from __future__ import annotations
@@ -38,35 +38,30 @@ def redact(text: str) -> str:
 
 
 class RedactTokens(logging.Filter):
-    """werkzeug's own request lines (`flask run`) with the token's value replaced."""
+    """A server's log record with the token's value replaced in its arguments: werkzeug's
+    and gunicorn's error log pass a tuple, gunicorn's access log its atoms (a dict whose
+    class it needs: changed in place)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        args = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in args)
+        elif isinstance(args, dict):
+            for key, value in list(args.items()):
+                if isinstance(value, str) and "=" in value:
+                    args[key] = redact(value)
         return True
 
 
-class RedactedQuery:
-    """Outermost WSGI layer: once the app has answered, the environ's query is redacted,
-    so the server's access log (gunicorn reads RAW_URI and QUERY_STRING then) shows no
-    token. A websocket's request returns only when the websocket ends."""
-
-    def __init__(self, wsgi_app):
-        self.wsgi_app = wsgi_app
-
-    def __call__(self, environ, start_response):
-        try:
-            return self.wsgi_app(environ, start_response)
-        finally:
-            for key in ("RAW_URI", "REQUEST_URI", "QUERY_STRING"):
-                if isinstance(environ.get(key), str):
-                    environ[key] = redact(environ[key])
+# The servers' loggers whose records carry a request's URL.
+SERVER_LOGS = ("werkzeug", "gunicorn.access", "gunicorn.error")
 
 
 def init_app(app: Flask) -> None:
-    werkzeug_log = logging.getLogger("werkzeug")
-    if not any(isinstance(f, RedactTokens) for f in werkzeug_log.filters):
-        werkzeug_log.addFilter(RedactTokens())
+    for name in SERVER_LOGS:
+        server_log = logging.getLogger(name)
+        if not any(isinstance(f, RedactTokens) for f in server_log.filters):
+            server_log.addFilter(RedactTokens())
     path = app.config.get("ACCESS_LOG")
     if not path:
         return

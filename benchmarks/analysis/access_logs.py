@@ -28,8 +28,7 @@ ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 def gunicorn_args(path) -> list[str]:
     """gunicorn's access log in the shape REQUEST_LINE reads, the request time closing
-    each line (%(L)s, seconds). Its request line comes from the WSGI environ, which the
-    app leaves with any token's value redacted (app/access_log.py)."""
+    each line (%(L)s, seconds). The app redacts any token in it (app/access_log.py)."""
     return ["--access-logfile", str(path), "--access-logformat", '"%(r)s" %(s)s %(L)s']
 
 
