@@ -127,16 +127,19 @@ class Member:
             self.catch_up()
 
     def catch_up(self):
-        """One catch-up at a time (each handler runs in a thread of its own)."""
-        if not self.catching.acquire(blocking=False):
-            return
-        try:
-            while catch_up(self.call, self.room, self.feed) and self.feed.gap:
-                pass
-        except (socketio.exceptions.SocketIOError, TypeError, KeyError):
-            pass  # disconnected meanwhile: the reconnect catches up
-        finally:
-            self.catching.release()
+        """One catch-up at a time (each handler runs in a thread of its own); a gap seen
+        while one ran is caught by that one or by the next turn here."""
+        for _ in range(10):
+            if not self.catching.acquire(blocking=False):
+                return  # the thread that holds it looks again when done
+            try:
+                catch_up(self.call, self.room, self.feed)  # the tail too, after a reconnect
+            except (socketio.exceptions.SocketIOError, TypeError, KeyError):
+                return  # disconnected meanwhile: the reconnect catches up
+            finally:
+                self.catching.release()
+            if not self.feed.gap:
+                return
 
 
 def kill_and_restart(server: RedisProcess, down_for: float) -> float:
