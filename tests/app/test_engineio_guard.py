@@ -288,6 +288,26 @@ def test_the_issues_reproduction_adds_few_lines_and_health_answers(eio_server):
     assert max(health) < 1.0, f"/healthz max {max(health):.2f} s"
 
 
+def test_a_polling_session_still_upgrades_to_a_websocket(eio_server):
+    """The upgrade's first frame is a PING ("2probe"), which the guard lets through only
+    then; a browser's client starts this way."""
+    import socketio
+
+    mark, sio = log_mark(eio_server), socketio.Client(reconnection=False)
+    try:
+        sio.connect(eio_server.url, auth={"token": eio_server.token},
+                    transports=["polling", "websocket"], wait_timeout=5)
+        deadline = time.monotonic() + 5
+        while sio.transport() != "websocket" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sio.transport() == "websocket"
+        assert sio.call("joinRoom", {"roomId": 999999}, timeout=5)["error"] == "not_found"
+    finally:
+        sio.disconnect()
+    lines = log_since(eio_server, mark)  # eventlet's worker notes the closed socket
+    assert not [line for line in lines if "refused" in line or "Traceback" in line], lines
+
+
 def test_client_errors_are_logged_once_per_interval_with_a_count():
     """In-process: 5,000 refusals from one address are one line, the next interval's
     first line says how many were not logged; another address has its own line."""
