@@ -142,6 +142,22 @@ class Member:
                 return
 
 
+def test_a_feed_tells_a_gap_from_pushes_out_of_order_and_counts_what_it_caught():
+    """benchmarks/chat_socket.py's RoomFeed on its own: 3 late is no gap once it comes;
+    5-7 never pushed are a gap until fetched; a page of history fills it."""
+    feed = RoomFeed()
+    assert [feed.push({"seq": s, "id": 100 + s}) for s in (1, 2, 4)] == [False, False, True]
+    assert not feed.push({"seq": 3, "id": 103}) and not feed.gap
+    assert feed.push({"seq": 8, "id": 108})  # 5, 6, 7 never came
+    assert feed.gap and feed.after_id == 104
+    history = [{"seq": s, "id": 100 + s} for s in (5, 6, 7, 8)]
+    assert catch_up(lambda event, data: {"missed": history if data["after"] == 104 else []},
+                    7, feed) == 3
+    assert not feed.gap and feed.after_id == 108
+    assert feed.counts() == {"missed_live": 3, "caught_up": 3, "missing": 0}
+    assert feed.fetched_ids() == {105, 106, 107}
+
+
 def kill_and_restart(server: RedisProcess, down_for: float) -> float:
     """SIGKILL Redis (no shutdown, no final fsync), restart it on the same port and
     folder; the moment it answers again."""
