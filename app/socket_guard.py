@@ -23,6 +23,13 @@ websocket frame that does not decode closes that websocket. A
 session whose client has not connected to Socket.IO with a valid token within
 ``SOCKETIO_AUTH_TIMEOUT`` seconds is closed (``AuthDeadline``). Anything
 Engine.IO still raises becomes a logged 400, never a 500.
+
+Only what a client may send gets through, at both layers: Engine.IO CLOSE, PONG,
+MESSAGE, UPGRADE (and the upgrade's ``2probe``); Socket.IO CONNECT, DISCONNECT,
+EVENT, ACK as text. python-socketio raises on the rest (``49``, ``44``,
+``461-[]``), a traceback per frame: a stranger could fill a disk in minutes. A
+refusal is logged once per client address and interval with a count
+(``ClientErrors``), never once per frame.
 """
 
 from __future__ import annotations
@@ -39,11 +46,48 @@ from socketio import packet as sio_packet
 
 from .errors import error_body
 
-# What Engine.IO's Socket.receive() takes from a client over polling; anything
-# else makes it close the session and wait (the hang above). Over a websocket
-# it ignores other types (and the upgrade's "2probe" is a PING), so there only
-# frames that do not decode are stopped.
-POLLING_PACKETS = {eio_packet.CLOSE, eio_packet.PONG, eio_packet.MESSAGE, eio_packet.UPGRADE}
+# What Engine.IO's Socket.receive() takes from a client; anything else makes it
+# close a polling session and wait (the hang above). On a websocket the upgrade
+# starts with a PING ("2probe"), which the websocket handler reads itself.
+CLIENT_PACKETS = {eio_packet.CLOSE, eio_packet.PONG, eio_packet.MESSAGE, eio_packet.UPGRADE}
+# The Socket.IO packets a client sends to this API: no CONNECT_ERROR (the server's),
+# no binary events or acks (the chat has none), nothing past BINARY_ACK.
+CLIENT_SIO_PACKETS = {sio_packet.CONNECT, sio_packet.DISCONNECT, sio_packet.EVENT,
+                      sio_packet.ACK}
+
+
+class ClientErrors:
+    """What clients sent wrong, logged once per client address and interval with a
+    count: a line per bad frame would let one client fill the disk."""
+
+    INTERVAL = 60.0  # seconds
+    MAX_CLIENTS = 4096  # addresses remembered; past that, expired ones are forgotten
+
+    def __init__(self, logger, interval: float = INTERVAL):
+        self.logger, self.interval = logger, interval
+        self.windows: dict[str, list] = {}  # address -> [window start, refusals since]
+        self.lock = threading.Lock()  # green under eventlet/gevent
+
+    def report(self, client: str, why: str) -> None:
+        now = time.monotonic()
+        with self.lock:
+            window = self.windows.get(client)
+            if window is not None and now - window[0] < self.interval:
+                window[1] += 1
+                return
+            if len(self.windows) >= self.MAX_CLIENTS:
+                self.windows = {c: w for c, w in self.windows.items()
+                                if now - w[0] < self.interval}
+            self.windows[client] = [now, 0]
+        more = (f" ({window[1]} more refused in the {self.interval:.0f} s before)"
+                if window and window[1] else "")
+        self.logger.warning("refused from %s: %s%s; the next %.0f s of refusals from it "
+                            "are counted, not logged", client, why, more, self.interval)
+
+
+def client_address(environ) -> str:
+    """The peer's address (behind a proxy, the proxy's: a header can be forged)."""
+    return environ.get("REMOTE_ADDR") or "unknown"
 
 
 def answer(start_response, status: int, message: str) -> list[bytes]:
@@ -77,6 +121,8 @@ def message_problem(pkt) -> str | None:
         sio = sio_packet.Packet(encoded_packet=pkt.data or "")
     except Exception:  # ValueError, IndexError, JSON errors...
         return "malformed Socket.IO packet"
+    if sio.packet_type not in CLIENT_SIO_PACKETS:
+        return f"Socket.IO packet type {sio.packet_type} is not one a client sends"
     named = isinstance(sio.data, list) and sio.data and isinstance(sio.data[0], str)
     if sio.packet_type in (sio_packet.EVENT, sio_packet.BINARY_EVENT) and not named:
         return "a Socket.IO event needs a name"
@@ -90,7 +136,7 @@ def payload_problem(body: bytes) -> str | None:
     except Exception:
         return "malformed Engine.IO payload"
     for pkt in packets:
-        if pkt.packet_type not in POLLING_PACKETS:
+        if pkt.packet_type not in CLIENT_PACKETS:
             return f"Engine.IO packet type {pkt.packet_type} is not one a client sends"
         problem = message_problem(pkt)
         if problem:
@@ -98,47 +144,76 @@ def payload_problem(body: bytes) -> str | None:
     return None
 
 
-def frame_problem(frame) -> str | None:
-    """Why a websocket frame would break Engine.IO's reading loop, or None."""
+def frame_problem(frame, upgrading: bool = False) -> str | None:
+    """Why a websocket frame is not something a client may send, or None (while a
+    polling session upgrades, its first frame is the PING "2probe")."""
     try:
         pkt = eio_packet.Packet(encoded_packet=frame)
     except Exception:
         return "malformed Engine.IO packet"
+    probe = upgrading and pkt.packet_type == eio_packet.PING and pkt.data == "probe"
+    if pkt.packet_type not in CLIENT_PACKETS and not probe:
+        return f"Engine.IO packet type {pkt.packet_type} is not one a client sends"
     return message_problem(pkt)
 
 
-def guard_websockets(eio) -> None:
-    """Wrap Engine.IO's websocket class so that a frame it cannot decode ends the
-    connection as a client's close would (its reading loop raises on one, leaving the
-    session open until the ping timeout and, under eventlet, garbage on the wire)."""
+def guard_websockets(eio, errors: ClientErrors) -> None:
+    """Wrap Engine.IO's websocket class so that a frame a client may not send ends the
+    connection as a client's close would (Engine.IO's reading loop raises on one that
+    does not decode, and python-socketio logs a traceback for each packet it refuses)."""
     websocket_class = eio._async["websocket"]
     if websocket_class is None:  # an async mode without websockets
         return
 
     def guarded(handler, server):
-        def checked_handler(ws):
-            wait = ws.wait
+        def serve(environ, start_response):
+            client = client_address(environ)
+            socket = getattr(handler, "__self__", None)  # Engine.IO's Socket
 
-            def checked_wait():
-                frame = wait()
-                if frame is not None and frame_problem(frame):
-                    eio.logger.info("closing a websocket: %s", frame_problem(frame))
-                    return None
-                return frame
+            def checked_handler(ws):
+                wait = ws.wait
 
-            ws.wait = checked_wait
-            return handler(ws)
+                def checked_wait():
+                    frame = wait()
+                    upgrading = socket is not None and not socket.upgraded
+                    problem = frame_problem(frame, upgrading) if frame is not None else None
+                    if problem:
+                        errors.report(client, f"{problem} (websocket closed)")
+                        return None
+                    return frame
 
-        return websocket_class(checked_handler, server)
+                ws.wait = checked_wait
+                return handler(ws)
+
+            return websocket_class(checked_handler, server)(environ, start_response)
+
+        return serve
 
     eio._async = {**eio._async, "websocket": guarded}
+
+
+def guard_messages(server, errors: ClientErrors) -> None:
+    """Whatever python-socketio still raises on a client's message closes that session
+    and is counted, not logged as a traceback per message (Engine.IO's default)."""
+    on_message = server.eio.handlers["message"]
+
+    def checked(eio_sid, data):
+        try:
+            return on_message(eio_sid, data)
+        except Exception as e:
+            environ = server.environ.get(eio_sid) or {}
+            errors.report(client_address(environ),
+                          f"Socket.IO message refused: {type(e).__name__}: {e}"[:200])
+            close_session(server.eio, eio_sid)
+
+    server.eio.on("message", checked)
 
 
 class EngineIOGuard:
     """WSGI middleware around Flask-SocketIO's: checks /socket.io/ requests first."""
 
-    def __init__(self, wsgi_app, eio, path: str = "/socket.io/"):
-        self.wsgi_app, self.eio, self.path = wsgi_app, eio, path
+    def __init__(self, wsgi_app, eio, errors: ClientErrors, path: str = "/socket.io/"):
+        self.wsgi_app, self.eio, self.errors, self.path = wsgi_app, eio, errors, path
 
     def __call__(self, environ, start_response):
         if not (environ.get("PATH_INFO") or "").startswith(self.path):
@@ -149,8 +224,9 @@ class EngineIOGuard:
             return self.checked(environ, start_response)
         try:
             return self.checked(environ, start_response)
-        except Exception:
-            self.eio.logger.exception("Engine.IO request failed")
+        except Exception as e:
+            self.errors.report(client_address(environ),
+                               f"Engine.IO request failed: {type(e).__name__}: {e}"[:200])
             return answer(start_response, 400, "bad Engine.IO request")
 
     def checked(self, environ, start_response):
@@ -164,6 +240,7 @@ class EngineIOGuard:
         if environ.get("REQUEST_METHOD") == "POST" and not socket.upgraded:
             body = self.read_body(environ, sid)
             if isinstance(body, tuple):
+                self.errors.report(client_address(environ), f"{body[1]} (answered {body[0]})")
                 return answer(start_response, *body)
         return self.wsgi_app(environ, start_response)
 
@@ -237,8 +314,10 @@ class AuthDeadline:
 def init_app(app, socketio) -> None:
     """Put the guard in front of Flask-SocketIO's middleware; start the deadline."""
     server = socketio.server
-    app.wsgi_app = EngineIOGuard(app.wsgi_app, server.eio)
-    guard_websockets(server.eio)
+    errors = ClientErrors(app.logger)
+    app.wsgi_app = EngineIOGuard(app.wsgi_app, server.eio, errors)
+    guard_websockets(server.eio, errors)
+    guard_messages(server, errors)
     deadline = AuthDeadline(server, app.config["SOCKETIO_AUTH_TIMEOUT"])
     on_eio_connect = server.eio.handlers["connect"]
 

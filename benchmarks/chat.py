@@ -16,7 +16,9 @@ Run it against any running instance (it never imports the app):
   only, so no sticky sessions are needed behind several gunicorn workers) that
   joins a room and sends a message every `--chat-socketio-pace` seconds; each
   ack's round trip is a `WSIO sendMessage` request in Locust's stats, which
-  the lab reports apart from the HTTP requests.
+  the lab reports apart from the HTTP requests. It listens to its room too and
+  catches up on what it missed (a jump in `seq`, a reconnect: chat_socket.py),
+  counted in the sessions file (`missed_live`, `caught_up`, `missing`).
 
 Every chat user logs in once when it starts, and the app's password check
 costs tens of milliseconds of CPU by design: the first seconds of a run are a
@@ -82,6 +84,11 @@ from locust.runners import WorkerRunner
 # socketio pulls in requests and ssl, which must come after the patching
 # (else `python benchmarks/chat.py` dies in a RecursionError).
 import socketio
+
+try:
+    from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
+except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
+    from chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 
@@ -450,6 +457,7 @@ class SocketIOChatUser(SignedInUser):
     sio: socketio.Client | None = None
     outbox: Outbox | None = None
     session_started: float | None = None  # when the session now open began (monotonic)
+    feed: RoomFeed | None = None  # its room's messages as it saw them, across reconnects
 
     def on_start(self):
         self.connected()
@@ -484,10 +492,14 @@ class SocketIOChatUser(SignedInUser):
             self.end_session(SessionClosed("the session was closed under the user"))
         self.sio = None
         sio = socketio.Client(reconnection=False)
+        if self.feed is None:
+            self.feed = RoomFeed()
+            FEEDS.append(self.feed)
+        sio.on("newMessage", self.feed.push)
         self.session_started = time.monotonic()
         SESSIONS["created"] += 1
         with self.measure("connect") as meta:
-            connect(sio, self.host, self.chat.token, transport(self.environment))
+            connect(sio, self.host, self.chat.token, transport(self.environment), SOCKET_TIMEOUT)
         if meta["exception"] is None:
             with self.measure("joinRoom") as meta:
                 ack = sio.call("joinRoom", {"roomId": self.chat.room_id}, timeout=SOCKET_TIMEOUT)
@@ -497,12 +509,23 @@ class SocketIOChatUser(SignedInUser):
             self.end_session(meta["exception"])
             return False
         self.sio = sio
+        self.catch_up()  # what was sent while it was away (nothing on the first connect)
         return True
+
+    def catch_up(self) -> None:
+        """Fetch what its feed lacks; a failure here shows in the next task's."""
+        try:
+            catch_up(lambda *a: self.sio.call(*a, timeout=SOCKET_TIMEOUT), self.chat.room_id,
+                     self.feed)
+        except (socketio.exceptions.SocketIOError, OSError):
+            pass
 
     @task
     def send_message(self):
         if not self.connected():
             return
+        if self.feed.gap:  # `seq` jumped: the server's queue listener was away
+            self.catch_up()
         self.outbox = self.outbox or Outbox("socket message")
         content, key = self.outbox.next(self.chat.user.get("username"))
         with self.measure("sendMessage") as meta:
@@ -518,6 +541,7 @@ class SocketIOChatUser(SignedInUser):
 # lengths (s). Apart from Locust's request stats, whose Aggregated row a session's tens of
 # seconds would swamp: each Locust process writes its own as the test stops.
 SESSIONS = {"created": 0, "completed": 0, "failed": 0, "lengths": []}
+FEEDS: list[RoomFeed] = []  # each Socket.IO user's: what it missed live, caught up, lacks
 
 
 @events.test_stop.add_listener
@@ -527,33 +551,9 @@ def write_sessions(environment, **_kwargs):
         return
     if isinstance(environment.runner, WorkerRunner):  # the master writes the named file
         path = Path(path).with_suffix(f".{os.getpid()}.json")
-    Path(path).write_text(json.dumps(SESSIONS) + "\n")
-
-
-class SessionClosed(Exception):
-    """The Engine.IO session ended before the server accepted the Socket.IO connect."""
-
-
-def connect(sio: socketio.Client, url: str, token: str, transport_name: str) -> None:
-    """Connect and wait for the namespace, failing as soon as the Engine.IO session drops.
-
-    python-socketio's own wait (`connect(wait=True)`) sits out its whole timeout
-    when the session closes under it, as a polling session does whose POST lands on
-    the app host that did not open it (stage 6p): the failure would come 10 s late,
-    after a short run has stopped its users, and never be counted.
-    """
-    sio.connect(url, auth={"token": token}, transports=[transport_name], wait=False)
-    deadline = time.monotonic() + SOCKET_TIMEOUT
-    while "/" not in sio.namespaces:
-        if sio.failed_namespaces:
-            raise socketio.exceptions.ConnectionError("the server refused the connect")
-        if sio.eio.state != "connected":
-            raise SessionClosed(f"the Engine.IO session closed before the connect was answered "
-                                f"({transport_name}; several app hosts without sticky sessions?)")
-        if time.monotonic() > deadline:
-            sio.disconnect()
-            raise TimeoutError(f"no connect ack within {SOCKET_TIMEOUT} s")
-        time.sleep(0.05)  # a greenlet's sleep under Locust
+    counts = [feed.counts() for feed in FEEDS]
+    feeds = {k: sum(c[k] for c in counts) for k in ("missed_live", "caught_up", "missing")}
+    Path(path).write_text(json.dumps({**SESSIONS, **feeds}) + "\n")
 
 
 def transport(environment) -> str:
@@ -561,20 +561,6 @@ def transport(environment) -> str:
     if value not in ("websocket", "polling"):
         raise ValueError(f"--chat-socketio-transport {value!r}: websocket or polling")
     return value
-
-
-class AckError(Exception):
-    """A Socket.IO ack that is an `{error, message}` or lacks a field."""
-
-
-def check_ack(ack, meta: dict, *keys: str) -> None:
-    """Record the ack's size; raise AckError (a failure in the stats) if it is wrong."""
-    meta["response_length"] = len(json.dumps(ack))
-    if isinstance(ack, dict) and "error" in ack:
-        raise AckError(f"{ack.get('error')}: {ack.get('message')}")
-    missing = [k for k in keys if not isinstance(ack, dict) or k not in ack]
-    if missing:
-        raise AckError(f"ack lacks {', '.join(missing)}: {str(ack)[:200]}")
 
 
 def print_help() -> None:

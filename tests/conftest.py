@@ -19,7 +19,7 @@ import psutil
 import pytest
 import redis
 
-from app import create_app, redis_store
+from app import create_app, redis_store, settings
 from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import ROOT
 
@@ -155,6 +155,13 @@ def stage_config(key: str) -> dict:
 def code_path_app(request, make_app):
     """The app with the default code path, and with stage 7's (app/fast_path.py)."""
     return make_app(**(stage_config("7") if request.param == "stage 7" else {}))
+
+
+@pytest.fixture(params=settings.JSON_PROVIDERS)
+def contract_app(request, make_app):
+    """The app under each JSON provider (settings.JSON_PROVIDER): the API contract's
+    tests run under both, for it is one contract whichever decodes the body."""
+    return make_app(JSON_PROVIDER=request.param)
 
 
 @pytest.fixture

@@ -26,6 +26,12 @@ REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def gunicorn_args(path) -> list[str]:
+    """gunicorn's access log in the shape REQUEST_LINE reads, the request time closing
+    each line (%(L)s, seconds). The app redacts any token in it (app/access_log.py)."""
+    return ["--access-logfile", str(path), "--access-logformat", '"%(r)s" %(s)s %(L)s']
+
+
 def count_answered(log: Path, offset: int = 0) -> dict:
     """Responses in an access log from byte `offset` on: all, answered (2xx/3xx), POSTs
     answered 502, and those Nginx sent to the app twice (its upstream times a pair).

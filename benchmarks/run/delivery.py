@@ -8,15 +8,17 @@ socket's server is known), find their room, connect Socket.IO (websocket) with
 their tokens and join it. The sender sends `--messages` messages one after the
 other, each acknowledged once Redis stored it; the member counts the room's
 `newMessage` events carrying them and checks that the room's `seq` rises by one
-from each to the next.
+from each to the next. What it missed live it then fetches from the history
+(`joinRoom {after}`, as benchmarks/chat_socket.py does): the result
+counts both (`missed_live`, `caught_up`) and what is missing even so.
 
     python -m benchmarks.run.delivery http://198.18.0.30:8000 http://198.18.0.31:8000 \\
         --users-file results/up/06-scale-out/users.json [--messages 20] [--json F]
 
 Run it on a lab host (`lab exec -- ...`): the lab's addresses exist only there.
-Writes `{sent, received, seq_gaps, from, to, sender_pid, member_pid}`; exit 0
-when every message arrived in order, 1 when not, 2 on bad input or when a URL
-does not answer.
+Writes `{sent, received, seq_gaps, missed_live, caught_up, missing, from, to,
+sender_pid, member_pid}`; exit 0 when every message arrived live and in order, 1
+when not, 2 on bad input or when a URL does not answer.
 """
 
 from __future__ import annotations
@@ -87,6 +89,19 @@ class Member:
                 self.arrived.append(message)
                 self.changed.notify_all()
 
+    def history_after(self, after: int) -> set[int]:
+        """The ids stored in the room after message `after`: how a client catches up
+        (`joinRoom {after}`, 200 a page)."""
+        ids: set[int] = set()
+        while True:
+            ack = self.sio.call("joinRoom", {"roomId": self.room, "after": after},
+                                timeout=TIMEOUT)
+            missed = ack.get("missed") if isinstance(ack, dict) else None
+            if not missed:
+                return ids
+            ids |= {m["id"] for m in missed}
+            after = missed[-1]["id"]
+
     def join(self) -> int:
         """Connect and join the room; the pid of the worker that holds the socket."""
         try:
@@ -114,20 +129,24 @@ def probe(sender_url: str, member_url: str, accounts: list[dict], messages: int)
     try:
         pids = sender.join(), member.join()
         tag = uuid.uuid4().hex[:8]
-        contents, sent = set(), 0
+        contents, acked = set(), set()
         for i in range(messages):
             content = f"delivery probe {tag} {i + 1}"
             ack = sender.sio.call("sendMessage", {"roomId": sender.room, "content": content,
                                                   "clientId": uuid.uuid4().hex}, timeout=TIMEOUT)
             if isinstance(ack, dict) and "id" in ack:
                 contents.add(content)
-                sent += 1
+                acked.add(ack["id"])
         started = time.monotonic()
         got = member.wait_for(contents, TIMEOUT)
         seqs = [m.get("seq") for m in got]
         gaps = sum(1 for x, y in itertools.pairwise(seqs)
                    if not (isinstance(x, int) and y == x + 1))
-        return {"sent": sent, "received": len(got), "seq_gaps": gaps, "asked": messages,
+        missed = acked - {m.get("id") for m in got}
+        fetched = member.history_after(min(acked) - 1) if missed else set()
+        return {"sent": len(acked), "received": len(got), "seq_gaps": gaps,
+                "missed_live": len(missed), "caught_up": len(missed & fetched),
+                "missing": len(missed - fetched), "asked": messages,
                 "from": sender_url, "to": member_url, "room": sender.room,
                 "sender_pid": pids[0], "member_pid": pids[1],
                 "waited_s": round(time.monotonic() - started, 3)}
@@ -169,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = result["received"] == result["sent"] == args.messages and result["seq_gaps"] == 0
     print(f"delivery: {result['received']} of {result['sent']} messages sent on "
           f"{result['from']} (pid {result['sender_pid']}) reached the member on "
-          f"{result['to']} (pid {result['member_pid']}); seq gaps {result['seq_gaps']}")
+          f"{result['to']} (pid {result['member_pid']}); seq gaps {result['seq_gaps']}; "
+          f"missed live {result['missed_live']}, caught up from the history "
+          f"{result['caught_up']}, missing {result['missing']}")
     return 0 if ok else 1
 
 

@@ -112,8 +112,7 @@ class Stack:
         # The request time closes each line (%(L)s, seconds): the server's own latency.
         # `flask run` logs no times, so under it the app writes the same lines itself.
         log_path = str(self.dir / results.app_access_log(role))
-        access_log = shlex.join(["--access-logfile", log_path,
-                                 "--access-logformat", '"%(r)s" %(s)s %(L)s'])
+        access_log = shlex.join(access_logs.gunicorn_args(log_path))
         timed = {} if self.stage.server[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
         return procs.child_env(procs.environment_bin(self.stage.environment),

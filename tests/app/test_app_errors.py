@@ -1,8 +1,16 @@
-"""Bad input of every kind gets a JSON 4xx, never a 500."""
+"""Bad input of every kind gets a JSON 4xx, never a 500; the same answer under either
+JSON provider (stdlib, orjson): every test here runs under both."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+
+
+@pytest.fixture
+def app(contract_app):
+    return contract_app
 
 # Every route that reads a JSON body, with a valid body for it. "{room}" and
 # "{friend}" are filled in per test.
@@ -92,8 +100,9 @@ def test_wrong_types_are_400(client, world, assert_error, route, bad):
 ])
 def test_bad_values_are_400(client, world, assert_error, route, field, value):
     path, body, headers = world(route)
-    assert_error(client.post(path, json={**body, field: value}, headers=headers),
-                 400, "bad_request")
+    raw = json.dumps({**body, field: value})  # stdlib's: orjson writes no lone surrogate
+    assert_error(client.post(path, data=raw, content_type="application/json",
+                             headers=headers), 400, "bad_request")
 
 
 @pytest.mark.parametrize("route", JSON_ROUTES)
@@ -104,12 +113,55 @@ def test_oversized_body_is_413(client, world, app, assert_error, route):
     assert_error(response, 413, "payload_too_large")
 
 
-def test_body_without_json_content_type_is_accepted(client):
-    """Load tools do not always set Content-Type; a JSON body is read anyway."""
-    response = client.post("/auth/register", data=b'{"email": "ct@example.test", '
-                           b'"password": "long-enough-pw", "username": "ct"}',
-                           headers={"Content-Type": "text/plain"})
-    assert response.status_code == 201
+@pytest.mark.parametrize("route", JSON_ROUTES)
+@pytest.mark.parametrize("content_type", [None, "text/plain", "image/png",
+                                          "application/x-www-form-urlencoded",
+                                          "application/json; charset=utf-16"])
+def test_a_json_body_needs_its_content_type(client, world, assert_error, route,
+                                            content_type):
+    """415 before anything is read, whatever the provider (stdlib's json once took any)."""
+    path, body, headers = world(route)
+    headers = {**headers, **({"Content-Type": content_type} if content_type else {})}
+    response = client.post(path, data=json.dumps(body).encode(), headers=headers)
+    assert_error(response, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("route", JSON_ROUTES)
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-8-sig"])
+def test_a_json_body_is_utf8_without_a_byte_order_mark(client, world, assert_error, route,
+                                                       encoding):
+    """A UTF-16 body with its BOM was stored (201) under stdlib, refused under orjson."""
+    path, body, headers = world(route)
+    response = client.post(path, data=json.dumps(body).encode(encoding),
+                           headers={**headers, "Content-Type": "application/json"})
+    assert_error(response, 400, "bad_request")
+
+
+@pytest.mark.parametrize("raw", [b'{"content": NaN}', b'{"content": Infinity}',
+                                 b'{"content": "x", "n": 1e999}'])
+def test_what_is_not_json_is_400_under_either_provider(client, world, assert_error, raw):
+    path, _, headers = world("post-message")
+    response = client.post(path, data=raw, headers={**headers,
+                                                    "Content-Type": "application/json"})
+    assert_error(response, 400, "bad_request")
+
+
+@pytest.mark.parametrize("route", ["add-friend", "find-or-create"])
+@pytest.mark.parametrize("friend", [2**63, 2**64, 10**30, -(2**64)])
+def test_an_id_out_of_range_is_400_and_spends_no_attempt(app, client, world, assert_error,
+                                                          redis_client, route, friend):
+    """stdlib's json parses 10**30 (once a 404 that spent a failed attempt), orjson
+    refuses it: 400 either way, and the attempt counters stay as they were."""
+    path, _, headers = world(route)
+    before = sorted(redis_client.scan_iter("LIMITS*"))
+    response = client.post(path, data=f'{{"friendId": {friend}}}'.encode(),
+                           headers={**headers, "Content-Type": "application/json"})
+    assert_error(response, 400, "bad_request")
+    assert sorted(redis_client.scan_iter("LIMITS*")) == before
+    ok = client.post(path, json={"friendId": 2**63 - 1}, headers=headers)  # in range:
+    assert_error(ok, 404, "not_found")  # an unknown id, as before
+    if route == "add-friend":  # which spends one: the counters above are the right ones
+        assert sorted(redis_client.scan_iter("LIMITS*")) != before
 
 
 @pytest.mark.parametrize("path", ["/", "/nope", "/users", "/rooms/1", "/auth", "/kv/"])

@@ -73,7 +73,8 @@ def test_orjson_answers_and_refuses_what_the_stdlib_did(app, client, auth, asser
     user = auth.user()
     assert client.get("/users/me", headers=user.headers).get_json()["id"] == user.id
     for body in (b"{not json", b"[" * 5000, b'{"email": NaN}'):
-        assert_error(client.post("/auth/login", data=body), 400)
+        assert_error(client.post("/auth/login", data=body, content_type="application/json"),
+                     400)
 
 
 def test_no_cookie_session_and_no_engineio_on_api_paths(app, client, auth):

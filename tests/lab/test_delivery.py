@@ -52,6 +52,9 @@ def test_a_message_crosses_app_servers_only_through_the_queue(private_redis, tmp
     assert result["received"] == received, result
     assert result["seq_gaps"] == 0, result
     assert f"{received} of {MESSAGES} messages" in output
+    # what did not arrive live, the member fetched from the history (joinRoom {after})
+    missed = MESSAGES - received
+    assert (result["missed_live"], result["caught_up"], result["missing"]) == (missed, missed, 0)
 
 
 @pytest.mark.parametrize("args,message", [

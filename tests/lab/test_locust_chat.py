@@ -8,6 +8,7 @@ round trip must have requests and no failures.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -112,6 +113,9 @@ def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, t
     totals = metrics.sessions(tmp_path)
     assert (totals["sio_sessions"], totals["sio_sessions_completed"]) == (2, 2), totals
     assert 4000 < totals["sio_session_p50_ms"] < 9000, totals
+    # each Socket.IO user listened to its room and counted what it missed (none here)
+    feeds = json.loads((tmp_path / results.SESSIONS_JSON).read_text())
+    assert (feeds["missed_live"], feeds["caught_up"], feeds["missing"]) == (0, 0, 0), feeds
     assert not any(kind == "SESSION" for kind, _ in rows)
 
 
