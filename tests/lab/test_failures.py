@@ -41,7 +41,7 @@ def test_each_failure_twin_fails_where_its_base_stage_does_not(tmp_path):
     # short: the lab fits 0t's TIME_WAIT cap to the warm-up's rate (fitting.py), 2b's
     # queue of 16 and 5w's 32 connections overflow from the first second of load, 5k's
     # bursts come every second
-    result = lab("run", "--stages", "failures", "--duration", "8", "--warmup", "3",
+    result = lab("run", "--stages", "failures", "--duration", "6", "--warmup", "2",
                  "--no-screenshots", "--strict", "--results", str(tmp_path), timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())

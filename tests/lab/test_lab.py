@@ -110,7 +110,7 @@ def full_run(tmp_path_factory):
     the Sockets tab's screenshots (5-9 s a stage): two of them are taken from its folders
     below."""
     out = tmp_path_factory.mktemp("lab-results")
-    proc = lab("run", "--stages", FULL_SPEC, "--duration", "5", "--warmup", "2", "--users", "20",
+    proc = lab("run", "--stages", FULL_SPEC, "--duration", "5", "--warmup", "1", "--users", "20",
                "--spawn-rate", "20", "--no-screenshots", "--results", str(out),
                timeout=900)
     run_dir = (out / "latest").resolve()
