@@ -23,6 +23,8 @@ from benchmarks.stages import Stage
 # format, gunicorn's --access-logformat, and werkzeug's own line all contain it).
 REQUEST_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" (?P<status>\d{3})\b')
 # werkzeug colours some of its lines (201s, 4xx) even into a file
+# The Engine.IO session a Socket.IO request names (none on a handshake)
+SESSION_ID = re.compile(r"[?&]sid=([^&\s]+)")
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -103,15 +105,23 @@ def app_counts(stage_dir: Path, since: dict[str, int]) -> dict:
 
 
 def count_socketio_400(log: Path, offset: int = 0) -> int:
-    """Socket.IO requests answered 400 in an access log from byte `offset` on."""
-    found = 0
+    """Socket.IO requests answered 400, from byte `offset` on, for a session this server
+    never answered 2xx in the whole log: a poll for a session another host (or worker)
+    holds. A 400 for a session it did hold is the client's last poll racing its own
+    close as Locust stops, not a poll sent to the wrong host."""
+    held, refused, start = set(), [], 0
     with open(log, "rb") as f:
-        f.seek(offset)
         for raw in f:
+            measured, start = start >= offset, start + len(raw)
             match = REQUEST_LINE.search(raw.decode("utf-8", "replace"))
-            found += bool(match and match["path"].startswith("/socket.io/")
-                          and match["status"] == "400")
-    return found
+            if not (match and match["path"].startswith("/socket.io/")):
+                continue
+            sid = SESSION_ID.search(match["path"])
+            if match["status"].startswith("2") and sid:
+                held.add(sid[1])
+            elif match["status"] == "400" and measured:
+                refused.append(sid[1] if sid else None)
+    return sum(sid not in held for sid in refused)
 
 
 def log_size(path: Path) -> int:

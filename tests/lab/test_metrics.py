@@ -97,6 +97,24 @@ def test_count_answered_reads_all_three_access_log_shapes(tmp_path):
         "responses": 0, "answered": 0, "post_502": 0, "resent": 0}
 
 
+def test_a_socketio_400_counts_only_for_a_session_the_host_never_held(tmp_path):
+    """Round robin's misrouted poll counts; the last poll of a session this host served,
+    racing its own close as Locust stops, does not (it flaked stage 6h's NO_400S)."""
+    log = tmp_path / "access.log"
+    log.write_text(
+        '"GET /socket.io/?transport=polling&EIO=4&t=1 HTTP/1.1" 200 0.001\n'      # handshake
+        '"POST /socket.io/?transport=polling&EIO=4&sid=Held HTTP/1.1" 200 0.001\n'
+        "measured from here\n"
+        '"GET /socket.io/?transport=polling&EIO=4&sid=Held&t=2 HTTP/1.1" 200 0.1\n'
+        '"POST /socket.io/?transport=polling&EIO=4&sid=Other HTTP/1.1" 400 0.001\n'
+        '"GET /socket.io/?transport=polling&EIO=4&sid=Held&t=3 HTTP/1.1" 400 0.001\n'
+        '"GET /socket.io/?transport=polling&EIO=4&sid=Other&t=4 HTTP/1.1" 400 0.001\n'
+        '"GET /kv/a HTTP/1.1" 400 0.001\n')
+    start = log.read_text().index("measured from here")
+    assert access_logs.count_socketio_400(log, start) == 2
+    assert access_logs.count_socketio_400(log, log.stat().st_size) == 0
+
+
 def test_socketio_sessions_add_up_every_locust_processs_file(tmp_path):
     assert metrics.sessions(tmp_path)["sio_sessions"] is None  # no Socket.IO users
     results.write_json(tmp_path / results.SESSIONS_JSON,  # the master's (or the only one)
