@@ -185,9 +185,8 @@ class Stack:
         # shutdown (1 s). Flask's server has no QUIT handler: TERM.
         quick = signal.SIGQUIT if self.stage.gunicorn_config else signal.SIGTERM
         with sandbox.uninterrupted():
-            for name in reversed(list(self.procs)):
-                procs.stop(self.procs.pop(name), sig=quick if name in self.stage.app_roles
-                           else signal.SIGTERM)
+            procs.stop_all([(self.procs.pop(name), quick if name in self.stage.app_roles
+                             else signal.SIGTERM) for name in reversed(list(self.procs))])
 
 
 def seed_stage_users(stack: Stack, count: int) -> Path:
@@ -334,13 +333,27 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     if not (stage_dir / results.LOCUST_JSON).exists():
         log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
         raise StageFailed(f"Locust wrote no stats:\n{log}")
+    snapshot_hosts(load, stage_dir)
+    return count_from
+
+
+def snapshot_hosts(load: Load, stage_dir: Path) -> None:
+    """Each host's sockets as the load ends (`ss`, `netstat`), all hosts at once."""
+    taking = []
     for folder, prefix in load.snapshots.items():
         out = stage_dir / folder
         out.mkdir(parents=True, exist_ok=True)
-        procs.run_quiet([*prefix, sys.executable, "-m", "benchmarks.capture.sampler",
-                   "--snapshot", str(out)],
-                  procs.child_env(), stage_dir / "sampler.log", timeout=120)
-    return count_from
+        taking.append(procs.start([*prefix, sys.executable, "-m", "benchmarks.capture.sampler",
+                                   "--snapshot", str(out)], log=stage_dir / "sampler.log",
+                                  env=procs.child_env(), cwd=ROOT))
+    try:
+        for proc in taking:
+            proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pass  # what it could not take, its files say
+    finally:
+        for proc in taking:
+            procs.stop(proc)
 
 
 def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,

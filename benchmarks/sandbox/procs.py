@@ -180,6 +180,18 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0,
         pass
 
 
+def stop_all(stopping: list[tuple[subprocess.Popen, int]], timeout: float = 10.0) -> None:
+    """`stop` several at once: each group gets its signal first, then each is waited for,
+    so their shutdowns overlap (gunicorn's eventlet worker alone takes a second)."""
+    for proc, sig in stopping:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+    for proc, sig in stopping:
+        stop(proc, timeout, sig)
+
+
 REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as root), "
               "or run `make setup`.")
 
