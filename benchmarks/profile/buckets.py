@@ -105,14 +105,17 @@ def samples(stacks: list[tuple[list[str], int]]) -> dict[str, int]:
     return counts
 
 
+def counts(path: Path) -> dict[str, int] | None:
+    """Samples per bucket in a collapsed-stacks file (None: no file)."""
+    return samples(folded.read(path)) if Path(path).exists() else None
+
+
 def shares(path: Path) -> dict[str, float] | None:
     """Each bucket's share of the samples in a collapsed-stacks file (None: no file, or
     no sample in it)."""
-    if not Path(path).exists():
-        return None
-    counts = samples(folded.read(path))
-    total = sum(counts.values())
-    return {bucket: round(n / total, 4) for bucket, n in counts.items()} if total else None
+    found = counts(path) or {}
+    total = sum(found.values())
+    return {bucket: round(n / total, 4) for bucket, n in found.items()} if total else None
 
 
 def reduce(source: Path, target: Path) -> None:
