@@ -392,11 +392,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
     m.update(cpu_per_request(samples, m["rps"]))
-    counts = buckets.counts(stage_dir / results.PROFILE_STACKS) or {}
-    total = sum(counts.values())
-    m.update({f"cpu_share_{bucket}": round(counts[bucket] / total, 4) if total else None
-              for bucket in buckets.BUCKETS})
-    m["profile_samples"] = total or None
+    m.update(buckets.share_metrics(stage_dir / results.PROFILE_STACKS))
 
     ports = local_ports(stage_dir, stage)
     m["local_ports"] = ports

@@ -110,6 +110,15 @@ def counts(path: Path) -> dict[str, int] | None:
     return samples(folded.read(path)) if Path(path).exists() else None
 
 
+def share_metrics(path: Path) -> dict[str, float | int | None]:
+    """metrics.json's `cpu_share_<bucket>` of each bucket and `profile_samples` (None
+    without a profile)."""
+    found = counts(path) or {}
+    total = sum(found.values())
+    return {**{f"cpu_share_{bucket}": round(found[bucket] / total, 4) if total else None
+               for bucket in BUCKETS}, "profile_samples": total or None}
+
+
 def shares(path: Path) -> dict[str, float] | None:
     """Each bucket's share of the samples in a collapsed-stacks file (None: no file, or
     no sample in it)."""
