@@ -94,7 +94,7 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
 
 def cmd_book(args) -> int:
     """The book's benchmark: /kv, 100 clients, no think time, the server on one core."""
-    opts = book.run_options(duration=args.duration, warmup=args.warmup,
+    opts = book.run_options(args.stages, duration=args.duration, warmup=args.warmup,
                             sandbox=cli.resolve_sandbox(args.sandbox),
                         apply_host_sysctls=args.apply_host_sysctls,
                         results=Path(args.results), server_cpus=args.server_cpus,
@@ -361,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds measured per stage")
     bk.add_argument("--warmup", type=float, default=defaults.warmup,
                     help="seconds of load before measuring")
+    bk.add_argument("--stages", default=",".join(book.STAGE_KEYS),
+                    help="some of the book's stages, e.g. 0,2 (default: all five)")
     cli.add_sandbox_options(bk)
     bk.set_defaults(func=cmd_book)
 

@@ -1,6 +1,6 @@
 """The book's benchmark, beside the book's figures (seed 004: chapter 12).
 
-    python -m benchmarks.lab book [--duration 30]      # or: make book
+    python -m benchmarks.lab book [--duration 30] [--stages 0,2]   # or: make book
 
 The chapter loads one URL that SETs and then GETs a Redis key with
 `siege -c 100 -b -t30s` (100 clients, no delay between requests) on a
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.run import results
-from benchmarks.run.options import RunOptions
+from benchmarks.run.options import OptionsError, RunOptions
 
 BOOK_CSV = "book.csv"
 USER_CLASS = "KeyValueUser"
@@ -31,16 +31,21 @@ BOOK_RPS = {"0": 413.78, "1": 419.91, "2": 683.52}
 STAGE_KEYS = ("0", "1", "2", "3", "5")
 
 
-def book_stages() -> tuple[stages.Stage, ...]:
-    """The stages, loaded with the book's request only."""
+def book_stages(keys: str = ",".join(STAGE_KEYS)) -> tuple[stages.Stage, ...]:
+    """The stages (`keys`: some of STAGE_KEYS, comma-separated), loaded with the book's
+    request only. OptionsError names the ones it has."""
+    chosen = [key.strip() for key in keys.split(",") if key.strip()]
+    if not chosen or any(key not in STAGE_KEYS for key in chosen):
+        raise OptionsError(f"lab book --stages {keys!r}: some of {', '.join(STAGE_KEYS)} "
+                         f"(comma-separated), e.g. --stages 0,2 for the pool's step")
     return tuple(dataclasses.replace(stages.get(key), users=(USER_CLASS,))
-                 for key in STAGE_KEYS)
+                 for key in STAGE_KEYS if key in chosen)
 
 
-def run_options(**given) -> RunOptions:
+def run_options(keys: str = ",".join(STAGE_KEYS), **given) -> RunOptions:
     """The lab's options for the book's set-up; `given`: duration, sandbox, CPUs, ..."""
-    return RunOptions(stages=book_stages(), users=CLIENTS, spawn_rate=CLIENTS, wait_max=0.0,
-                      **given)
+    return RunOptions(stages=book_stages(keys), users=CLIENTS, spawn_rate=CLIENTS,
+                      wait_max=0.0, **given)
 
 
 def rows(run_dir: Path) -> list[dict]:
