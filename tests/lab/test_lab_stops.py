@@ -110,7 +110,7 @@ def test_ctrl_c_in_a_later_repeat_keeps_the_finished_ones_and_says_so(tmp_path):
     than Nginx does (tests/lab/test_failures.py has 5k itself)."""
     results_dir = tmp_path / "results"
     burst = f"--chat-burst-every {stages.get('5k').burst_every:g}"
-    proc = start_lab("run", "--stages", "5", "--repeats", "3", "--duration", "6",
+    proc = start_lab("run", "--stages", "5", "--repeats", "3", "--duration", "4",
                      "--warmup", "2", "--no-screenshots", "--locust-args", burst,
                      "--results", str(results_dir))
     try:
