@@ -266,7 +266,9 @@ def test_every_stage_is_profiled_and_its_cpu_split(full_run):
         assert m["server_cpu_ms_per_request"] >= m["app_cpu_ms_per_request"] > 0, stage.key
     stacks = (full_run["run_dir"] / stages.get("2").dirname / results.PROFILE_STACKS)
     assert "SyncWorker.handle_request" in stacks.read_text()  # a worker, not only the master
-    assert "py-spy" not in (full_run["results"] / "lab-output.txt").read_text()
+    said = (full_run["results"] / "lab-output.txt").read_text()
+    # (not "py-spy" alone: the pre-flight may name another lab's py-spy as busy)
+    assert "note: py-spy not found" not in said and "note: py-spy recorded nothing" not in said
 
 
 @pytest.mark.netns
