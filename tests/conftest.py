@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from app import create_app, redis_store, settings
-from benchmarks.sandbox import hosts, procs
+from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.stages import ROOT
 
 SECRET = "test-secret-key-not-for-production"
@@ -318,6 +318,21 @@ def gunicorn(redis_url: str, workdir, worker_args: list[str]):
     """gunicorn_process, for tests that need only the URL."""
     with gunicorn_process(redis_url, workdir, worker_args) as (url, _):
         yield url
+
+
+@contextmanager
+def nginx_in_front(url: str, workdir):
+    """Stage 5's Nginx (upstream keep-alive) in front of the server at `url`, on a free
+    port; yields its URL, stopped on exit."""
+    front = ("127.0.0.1", procs.free_port())
+    conf = nginx_conf.render("conf.d/upstream-keepalive.conf", workdir / "nginx",
+                             apps=[("127.0.0.1", int(url.rsplit(":", 1)[1]))], front=front)
+    nginx = procs.start(nginx_conf.command(conf), log=workdir / "nginx.out")
+    try:
+        procs.wait_for_port(front[1], proc=nginx, timeout=10)
+        yield f"http://127.0.0.1:{front[1]}"
+    finally:
+        procs.stop(nginx)
 
 
 def need_browser() -> None:

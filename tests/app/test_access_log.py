@@ -9,11 +9,10 @@ import os
 
 import requests
 import websocket
-from conftest import PASSWORD, gunicorn_process
+from conftest import PASSWORD, gunicorn_process, nginx_in_front
 from werkzeug._internal import _log as werkzeug_log
 
 from benchmarks.analysis import access_logs
-from benchmarks.sandbox import nginx_conf, procs
 
 
 def test_each_request_gets_a_timed_line_the_lab_reads(make_app, tmp_path):
@@ -90,13 +89,9 @@ def test_a_token_sent_each_way_lands_in_no_log(redis_url, tmp_path):
                 "username": "redact"}
         assert requests.post(url + "/auth/register", json=body, timeout=10).status_code == 201
         token = requests.post(url + "/auth/login", json=body, timeout=10).json()["access_token"]
-        front = ("127.0.0.1", procs.free_port())
-        conf = nginx_conf.render("conf.d/upstream-keepalive.conf", tmp_path / "nginx",
-                                 apps=[("127.0.0.1", int(url.rsplit(":", 1)[1]))], front=front)
-        nginx = procs.start(nginx_conf.command(conf), log=tmp_path / "nginx.out")
-        try:
-            procs.wait_for_port(front[1], proc=nginx, timeout=10)
-            for port in (front[1], int(url.rsplit(":", 1)[1])):  # through Nginx, and not
+        with nginx_in_front(url, tmp_path) as front:
+            # through Nginx, and not
+            for port in (int(front.rsplit(":", 1)[1]), int(url.rsplit(":", 1)[1])):
                 assert socketio_connects(port, query=f"&token={token}")
                 assert socketio_connects(port, query=f"&x=1&%74oken={token}&token={token}")
                 assert socketio_connects(port, header=[f"Authorization: Bearer {token}"])
@@ -104,8 +99,6 @@ def test_a_token_sent_each_way_lands_in_no_log(redis_url, tmp_path):
                 me = requests.get(f"http://127.0.0.1:{port}/users/me?token={token}",
                                   headers={"Authorization": f"Bearer {token}"}, timeout=5)
                 assert me.status_code == 200
-        finally:
-            procs.stop(nginx)
     logs = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".log", ".out")]
     assert {"app-access.log", "gunicorn-access.log", "gunicorn.log", "access.log",
             "error.log", "nginx.out"} <= {p.name for p in logs}

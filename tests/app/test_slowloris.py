@@ -23,9 +23,7 @@ from contextlib import contextmanager
 
 import pytest
 import requests
-from conftest import gunicorn_process
-
-from benchmarks.sandbox import nginx_conf, procs
+from conftest import gunicorn_process, nginx_in_front
 
 CONNECTIONS = 600  # below 4 workers x gunicorn's 1,000 worker_connections
 SECONDS = 12  # /healthz probed while the attack holds the connections
@@ -84,15 +82,8 @@ def target(kind: str, redis_url: str, tmp_path):
         if not kind.startswith("nginx"):
             yield url
             return
-        front = ("127.0.0.1", procs.free_port())
-        conf = nginx_conf.render("conf.d/upstream-keepalive.conf", tmp_path / "nginx",
-                                 apps=[("127.0.0.1", int(url.rsplit(":", 1)[1]))], front=front)
-        nginx = procs.start(nginx_conf.command(conf), log=tmp_path / "nginx.out")
-        try:
-            procs.wait_for_port(front[1], proc=nginx, timeout=10)
-            yield f"http://127.0.0.1:{front[1]}"
-        finally:
-            procs.stop(nginx)
+        with nginx_in_front(url, tmp_path) as front:
+            yield front
 
 
 @pytest.mark.slow
