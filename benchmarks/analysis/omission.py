@@ -166,6 +166,22 @@ def section(run_dir: Path) -> str:
         table(summarize(rows)), ""])
 
 
+def write_report(run_dir: Path) -> str:
+    """A study folder's summary CSV, plots and report.md, rebuilt from omission.csv; the
+    table."""
+    run_dir = Path(run_dir)
+    rows = read(run_dir)
+    summary = summarize(rows)
+    write(run_dir / SUMMARY_CSV, SUMMARY_COLUMNS, summary)
+    hockey_stick(rows, out=run_dir / "hockey_stick.png")
+    spectrum(rows, out=run_dir / "spectrum.png")
+    (run_dir / "report.md").write_text(
+        f"# Coordinated omission, {run_dir.name}\n\n" + section(run_dir)
+        + "\n![p99 against offered load](hockey_stick.png)\n\n"
+        "![Percentile spectrum under the stall](spectrum.png)\n")
+    return table(summary)
+
+
 def _stages(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(str(r["stage"]) for r in rows))
 

@@ -23,7 +23,9 @@ the mix's 11): the sessions' log-ins at the start are not the load.
 Writes results/<timestamp>-omission/: `omission.csv` (a row per Locust run:
 p50, p90, p99, p99.9, p99.99, max, requests over 1 s, late starts), a folder per
 run with Locust's files, `omission-summary.csv` (means with 95% intervals over the
-repeats), `hockey_stick.png` and `spectrum.png`, and `report.md`; prints the table.
+repeats), `hockey_stick.png` and `spectrum.png`, `report.md` (`python -m
+benchmarks.analysis.report FOLDER` rebuilds them) and `study.json` (the options,
+commit, versions, kernel); prints the table.
 
 Requirements: as `lab up` (root for network namespaces, redis-server, the venvs).
 Overhead: per stage, about 15 s to come up, then (duration + 3 s) per run:
@@ -44,7 +46,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.analysis import metrics, omission
-from benchmarks.run import cli, locust_cli, options, results, runner
+from benchmarks.run import cli, environment, locust_cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs, sandbox
 from benchmarks.stages import ROOT
@@ -53,6 +55,7 @@ CLASSES = {"closed": "PacedUser", "open": locust_cli.ARRIVAL_CLASS}
 TIMED = "/rooms/[id]/messages"  # the requests whose times count (not the log-ins)
 UNPACED = 1_000_000  # PacedUser's rate for the capacity run: no pause between requests
 DEFAULT_LEVELS = (50, 80, 95, 110)
+STUDY_JSON = "study.json"  # the environment (commit, versions, kernel) and the options
 STARTUP_S = 30  # most seconds for Locust to come up and the load to reach the app
 
 
@@ -178,7 +181,7 @@ def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list
                 f"-> {row['rps']:>6.0f}/s  p50 {row['p50']} ms  p99 {row['p99']} ms  "
                 f"over 1 s {row['slow']}" + (f"  late {row['late']}" if row["late"] else ""))
 
-        for repeat in range(1, args.repeats + 1):
+        for repeat in range(1, 0 if args.stall_only else args.repeats + 1):
             for level in args.levels:
                 for model in omission.MODELS:
                     rate = cap * level / 100
@@ -192,15 +195,7 @@ def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list
 
 
 def finish(run_dir: Path, rows: list[dict]) -> None:
-    summary = omission.summarize(rows)
-    omission.write(run_dir / omission.SUMMARY_CSV, omission.SUMMARY_COLUMNS, summary)
-    omission.hockey_stick(rows, out=run_dir / "hockey_stick.png")
-    omission.spectrum(rows, out=run_dir / "spectrum.png")
-    (run_dir / results.REPORT_MD).write_text(
-        f"# Coordinated omission, {run_dir.name}\n\n" + omission.section(run_dir)
-        + "\n![p99 against offered load](hockey_stick.png)\n\n"
-        "![Percentile spectrum under the stall](spectrum.png)\n")
-    say("\n" + omission.table(summary))
+    say("\n" + omission.write_report(run_dir))
     say(f"\n{results.rel(run_dir / omission.OMISSION_CSV)}; report.md and the plots beside it")
 
 
@@ -209,8 +204,9 @@ def check(args) -> None:
     if args.repeats < 1 or args.duration < 4 or args.users < 1:
         raise options.OptionsError("--repeats and --users must be at least 1, --duration at "
                                    "least 4 s (a stall needs load around it)")
-    if not 0 <= args.stall <= 10:
-        raise options.OptionsError(f"--stall must be 0-10 s (got {args.stall:g})")
+    if not 0 <= args.stall <= 10 or (args.stall_only and not args.stall):
+        raise options.OptionsError(f"--stall must be 0-10 s, and above 0 with --stall-only "
+                                   f"(got {args.stall:g})")
     if args.capacity is not None and args.capacity <= 0:
         raise options.OptionsError(f"--capacity must be above 0 (got {args.capacity:g})")
     if args.capacity and args.capacity * max(args.levels) / 100 > options.MAX_ARRIVAL_RATE:
@@ -233,6 +229,9 @@ def run(args) -> int:
                               client_cpus=args.client_cpus)
     runner.refuse_if_up(opts.results)
     run_dir = results.new_run(opts.results, suffix="omission")
+    results.write_json(run_dir / STUDY_JSON, {
+        **environment.environment(), "parameters": {
+            k: v for k, v in vars(args).items() if k != "chosen"}})
     say(f"omission: stages {args.stages}, levels {','.join(map(str, args.levels))}% of "
         f"capacity, {args.repeats} repeat(s) of {args.duration} s, stall {args.stall:g} s; "
         f"results in {results.rel(run_dir)}")
@@ -259,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=int, default=50, help="the closed model's users (50)")
     p.add_argument("--stall", type=float, default=2.0,
                    help="seconds the app's workers are stopped in the stall runs (0: none)")
+    p.add_argument("--stall-only", action="store_true",
+                   help="only the stall runs, at the lowest level's rate (give --capacity)")
     cli.add_sandbox_options(p)
     return p
 
