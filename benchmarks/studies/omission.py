@@ -232,9 +232,10 @@ def run(args) -> int:
     results.write_json(run_dir / STUDY_JSON, {
         **environment.environment(), "parameters": {
             k: v for k, v in vars(args).items() if k != "chosen"}})
-    say(f"omission: stages {args.stages}, levels {','.join(map(str, args.levels))}% of "
-        f"capacity, {args.repeats} repeat(s) of {args.duration} s, stall {args.stall:g} s; "
-        f"results in {results.rel(run_dir)}")
+    runs = ("the stall runs only" if args.stall_only else
+            f"levels {','.join(map(str, args.levels))}% of capacity, {args.repeats} repeat(s)")
+    say(f"omission: stages {args.stages}, {runs}, {args.duration} s each, stall "
+        f"{args.stall:g} s; results in {results.rel(run_dir)}")
     rows: list[dict] = []
     try:
         for stage in args.chosen:
