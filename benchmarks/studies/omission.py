@@ -164,7 +164,7 @@ def capacity(ctx: dict, out_dir: Path) -> float:
 
 def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list[dict]) -> None:
     with runner.running_stage(stage, opts) as (box, stack, users_file):
-        say(f"stage {stage.key} {stage.slug} is up: {stack.url}")
+        say(f"stage {stage.key} {stage.slug}, up at {stack.url}")
         ctx = {"url": stack.url, "client": box.prefix("client"), "users": args.users,
                "duration": args.duration, "users_file": users_file,
                "app_pid": stack.procs["app"].pid,
