@@ -32,9 +32,10 @@ SPECTRUM = (50, 90, 99, 99.9, 99.99)  # percentiles drawn by `spectrum`
 SLOW_MS = 1000  # a request this slow counts in `slow` (the stall's mark)
 COLUMNS = ("stage", "model", "level", "rate", "repeat", "users", "requests", "failures",
            "rps", *(f"p{str(p).replace('.', '_')}" for p in SPECTRUM), "max", "slow",
-           "late", "stall_s")
+           "late", "stall_s", "unreliable")
 SUMMARY_COLUMNS = ("stage", "level", "rate", "model", "n", "rps_mean", "p50_mean", "p50_low",
-                   "p50_high", "p99_mean", "p99_low", "p99_high", "slow_mean", "late")
+                   "p50_high", "p99_mean", "p99_low", "p99_high", "slow_mean", "late",
+                   "unreliable")
 COLORS = {"closed": "#1f77b4", "open": "#d62728"}
 
 
@@ -114,7 +115,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                                                                         ("p99", p99))
                                for k in ("mean", "low", "high")},
                             "slow_mean": _r(intervals.interval(r["slow"] for r in runs)["mean"]),
-                            "late": sum(r.get("late") or 0 for r in runs)})
+                            "late": sum(r.get("late") or 0 for r in runs),
+                            "unreliable": sum(bool(r.get("unreliable")) for r in runs)})
     return out
 
 
@@ -137,13 +139,16 @@ def level_name(level) -> str:
 
 
 def table(summary: list[dict]) -> str:
-    """A Markdown table: per stage and level, both models' p50 and p99 (ms) side by side."""
+    """A Markdown table: per stage and level, both models' p50 and p99 (ms) side by side;
+    the repeats whose open-model schedule slipped are counted as unreliable."""
     lines = ["| stage | load | offered req/s | model | answered req/s | p50 ms | p99 ms | "
              f"over {SLOW_MS} ms | repeats |", "|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(f"| {s['stage']} | {level_name(s['level'])} | {s['rate']:g} | "
                      f"{s['model']} | {_fmt(s['rps_mean'])} | {shown(s, 'p50')} | "
-                     f"{shown(s, 'p99')} | {_fmt(s['slow_mean'])} | {s['n']} |")
+                     f"{shown(s, 'p99')} | {_fmt(s['slow_mean'])} | {s['n']}"
+                     + (f" ({s['unreliable']} unreliable)" if s.get("unreliable") else "")
+                     + " |")
     return "\n".join(lines)
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -46,7 +45,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.analysis import metrics, omission
-from benchmarks.run import cli, environment, locust_cli, options, results, runner
+from benchmarks.run import cli, environment, locust_cli, open_model, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs, sandbox
 from benchmarks.stages import ROOT
@@ -120,7 +119,8 @@ def locust_options(url: str, users: int, rate: float, seconds: int, users_file: 
     spawn = f"{min(max(1.0, rate), 1000):g}"
     return ["--headless", "-u", str(users), "-r", spawn, "-t", f"{seconds}s",
             "--host", url, "--only-summary", "--stop-timeout", "5",
-            "--arrival-rate", f"{rate:g}", "--arrival-file", str(out_dir / "arrivals.json"),
+            "--arrival-rate", f"{rate:g}", "--arrival-file",
+            str(out_dir / locust_cli.ARRIVALS_JSON),
             "--chat-users-file", str(users_file),
             "--json-file", str(out_dir / results.LOCUST_JSON.removesuffix(".json"))]
 
@@ -146,11 +146,13 @@ def run_load(ctx: dict, model: str, rate: float, out_dir: Path, stall: float = 0
         if proc.poll() is None:
             procs.stop(proc)
     times, failures, rps = histogram(out_dir)
-    arrivals = out_dir / "arrivals.json"
-    late = json.loads(arrivals.read_text()).get("late") if arrivals.exists() else None
+    counts = open_model.read(out_dir) or {}
     return {"model": model, "rate": round(rate, 1), "users": users,
             "requests": sum(times.values()), "failures": failures, "rps": rps,
-            **omission.figures(times), "late": late, "stall_s": stall}
+            **omission.figures(times), "late": counts.get("late"), "stall_s": stall,
+            # the open model's figures are the client's too when it could not keep the
+            # schedule (benchmarks/run/open_model.py)
+            "unreliable": open_model.unreliable(counts) if counts else ""}
 
 
 def capacity(ctx: dict, out_dir: Path) -> float:
@@ -179,7 +181,8 @@ def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list
             omission.write(run_dir / omission.OMISSION_CSV, omission.COLUMNS, rows)
             say(f"  {omission.level_name(level):>5} {row['model']:<6} {row['rate']:>6.0f}/s "
                 f"-> {row['rps']:>6.0f}/s  p50 {row['p50']} ms  p99 {row['p99']} ms  "
-                f"over 1 s {row['slow']}" + (f"  late {row['late']}" if row["late"] else ""))
+                f"over 1 s {row['slow']}" + (f"  late {row['late']}" if row["late"] else "")
+                + (f"\n        UNRELIABLE: {row['unreliable']}" if row["unreliable"] else ""))
 
         for repeat in range(1, 0 if args.stall_only else args.repeats + 1):
             for level in args.levels:

@@ -57,6 +57,12 @@ def test_the_summary_gives_each_model_its_interval_over_the_repeats():
     text = omission.table(summary)
     assert "| 2 | 110% | 100 | open | 95 | 5 [5, 5] | 3002 [3000, 3004] | 0 | 3 |" in text
     assert "| 2 | stall | 100 | open | 95 | 700 | 2000 | 180 | 1 |" in text
+    # an open-model run whose schedule slipped is counted, never passed off as the server's
+    slipped = [{**r, "unreliable": "40 of 500 requests started over 10 ms late"}
+               if r["model"] == "open" and r["level"] == 110 and r["repeat"] == 1 else r
+               for r in ROWS]
+    assert "| 3002 [3000, 3004] | 0 | 3 (1 unreliable) |" in omission.table(
+        omission.summarize(slipped))
 
 
 def test_the_report_section_needs_both_models(tmp_path):
