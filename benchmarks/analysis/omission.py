@@ -22,7 +22,9 @@ import math
 from pathlib import Path
 
 from benchmarks.analysis import intervals
-from benchmarks.analysis.drawing import figure, finish
+
+# matplotlib is imported by the plots only (drawing.py): the report imports this module,
+# and `lab list` imports the report
 
 OMISSION_CSV = "omission.csv"
 SUMMARY_CSV = "omission-summary.csv"
@@ -197,6 +199,7 @@ def hockey_stick(rows: list[dict], out=None):
     summary = [s for s in summarize(rows) if s["level"] != STALL]
     if not summary:
         return None
+    from benchmarks.analysis.drawing import figure, finish
     names = _stages(rows)
     fig = figure(4 * len(names) + 0.5, 3.2)
     for ax, stage in zip(fig.subplots(1, len(names), squeeze=False)[0], names, strict=True):
@@ -226,6 +229,7 @@ def spectrum(rows: list[dict], level=STALL, out=None):
     chosen = [r for r in rows if r["level"] == level]
     if not chosen:
         return None
+    from benchmarks.analysis.drawing import figure, finish
     names = _stages(chosen)
     fig = figure(4 * len(names) + 0.5, 3.2)
     ticks = list(range(len(SPECTRUM)))
