@@ -39,7 +39,7 @@ from chat import (  # the chat scenario's sessions, settings and request checks
     open_chat,
     setting,
 )
-from locust import FastHttpUser, events, task
+from locust import FastHttpUser, constant_throughput, events, task
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
 
 SESSIONS = 20  # signed-in accounts the arrivals take turns with
@@ -150,6 +150,35 @@ class ArrivalUser(FastHttpUser):
         with self.client.get("/users/friends", headers=chat.headers, catch_response=True) as r:
             self.timed(r, intended)
             expect(r, 200, "friends")
+
+
+class PacedUser(FastHttpUser):
+    """The closed model at the same offered rate: `-u N` users, each sending its next
+    request only after its answer, paced to `--arrival-rate` / N a second (Locust's
+    `constant_throughput`). Same mix and sessions as ArrivalUser, so the two models
+    compare at equal load; when the server stalls, these users stall with it
+    (benchmarks/studies/omission.py)."""
+
+    connection_timeout = 5.0
+    network_timeout = 10.0
+    timed = ArrivalUser.timed
+
+    def wait_time(self):
+        opts = self.environment.parsed_options
+        return constant_throughput(opts.arrival_rate / max(1, opts.num_users))(self)
+
+    def on_start(self):
+        self.chat = open_chat(self.client, setting(self.environment, "users-file"))
+        self.mix = [ArrivalUser.read] * 6 + [ArrivalUser.post] * 3 + [ArrivalUser.friends] * 2
+
+    @task
+    def send(self):
+        if self.chat is None:  # no session could open (a failing stage): try again soon
+            gevent.sleep(1)
+            return self.on_start()
+        # a closed-model request counts from when it is sent: the users' clock has no
+        # other start for it, which is the whole difference
+        random.choice(self.mix)(self, self.chat, time.monotonic())
 
 
 @events.test_stop.add_listener

@@ -160,6 +160,7 @@ GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
 KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
 ARRIVALS_LOCUSTFILE = "benchmarks/arrivals.py"  # the open model (--arrival-rate), ArrivalUser
+# (and PacedUser, the closed model paced to the same rate: benchmarks/studies/omission.py)
 
 HTTP_USERS = ("ChatUser",)
 # Socket.IO needs an async worker (a sync worker would be held by each socket).
@@ -458,7 +459,7 @@ BY_SLUG = {s.slug: s for s in STAGES}
 
 def locustfile(user_classes) -> str:
     """The locustfile that holds these user classes."""
-    if "ArrivalUser" in user_classes:
+    if "ArrivalUser" in user_classes or "PacedUser" in user_classes:
         return ARRIVALS_LOCUSTFILE
     return KV_LOCUSTFILE if "KeyValueUser" in user_classes else LOCUSTFILE
 

@@ -2,6 +2,10 @@
 
     python -m benchmarks.analysis.report [RUN_DIR]     # default: results/latest
 
+A folder that holds both models' runs (`omission.csv`, benchmarks/studies/omission.py)
+gets their percentiles side by side (benchmarks/analysis/omission.py); a study folder
+of its own gets only that.
+
 Reads each stage folder's `metrics.json` and `checks.json` (written by the lab
 runner), and for the plots its `sampler.csv`, `locust_stats_history.csv` and
 `sysctl.json` (see benchmarks/analysis/plots.py), so a report can be rebuilt from a
@@ -16,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from benchmarks.analysis import metrics, repeats
+from benchmarks.analysis import metrics, omission, repeats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results, slo
 
@@ -278,6 +282,9 @@ def write(run_dir: Path) -> None:
     gates = objectives_section(run_dir)
     if gates:
         text += [gates, ""]
+    both = omission.section(run_dir)
+    if both:
+        text += [both, ""]
     text += [
         "## Plots",
         "",
@@ -322,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     run_dir = build_parser().parse_args(argv).run_dir
+    if not results.is_run(run_dir) and (run_dir / omission.OMISSION_CSV).exists():
+        print(omission.write_report(run_dir))  # a coordinated-omission study's folder
+        return 0
     if not results.is_run(run_dir):
         print(f"report: {run_dir} is not a lab run folder (no run.json); "
               "run `make lab` first or name a folder under results/")
