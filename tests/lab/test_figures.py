@@ -79,3 +79,14 @@ def test_a_quoted_reference_figure_is_the_captures(path, pattern, figure):
     assert found, f"{path} no longer says {pattern!r}"
     assert found[1] == figure(), f"{path}: {found[0]!r}, the capture says {figure()}"
 
+
+
+def test_lab_14s_table_is_the_omission_captures_own():
+    """Lab 14 quotes the study's table whole: every row of it is a row of the capture's
+    report (notebooks/omission-run/, the notebook's fallback), and none is missing."""
+    capture = stages.ROOT / "notebooks" / "omission-run" / "report.md"
+    lab = stages.ROOT / "exercises" / "14-how-not-to-measure-latency.md"
+    rows = [line for line in capture.read_text().splitlines() if line.startswith("| 2 |")
+            or line.startswith("| 5 |")]
+    quoted = [line for line in lab.read_text().splitlines() if line in rows]
+    assert len(rows) == 20 and quoted == rows, set(rows) - set(quoted)
