@@ -47,7 +47,9 @@ def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
 
     assert low["nofile"] == 256 and low["worker_nofile"] == [256, 256]
     assert low["failed"] > 0 and low["ok"] < 256, low
-    assert low["worker_fds_peak"] >= 250, low  # the worker ran into its limit
+    # the worker ran into its limit: its log says EMFILE, or its descriptors were seen at
+    # it (sampled every 0.2 s, the peak may fall between samples: 229 held, 2 EMFILE lines)
+    assert low["emfile_lines"] > 0 or low["worker_fds_peak"] >= 250, low
     assert low["emfile_lines"] > 0 or {"refused", "closed"} & set(low["reasons"]), low
 
     assert high["nofile"] == 4096 and high["worker_nofile"] == [4096, 4096]
