@@ -423,19 +423,25 @@ except TimeoutError:
     pass
 """
 
-# A client: n connections of each kind to host:port, then holds the held ones.
+# A client: n connections of each kind to host:port, then holds the held ones. Each from
+# a source port of its own (base, base + 1, ...): a kernel-chosen port may come round again,
+# and a SYN on the 4-tuple of a server-side TIME_WAIT takes that TIME_WAIT over (the likely
+# cause of one run's 47 of 48 on the app host, 5 of the proxy's 6 server-first ones).
 PEER_CLIENT = r"""
-import os, socket, sys, time
+import itertools, os, socket, sys, time
 host, port, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 n_client, n_server, n_held = map(int, sys.argv[4:7])
+source = itertools.count(int(sys.argv[7]))
+def connect():
+    return socket.create_connection((host, port), timeout=5, source_address=("", next(source)))
 for _ in range(n_client):
-    c = socket.create_connection((host, port), timeout=5); c.sendall(b"c"); c.close()
+    c = connect(); c.sendall(b"c"); c.close()
 for _ in range(n_server):
-    c = socket.create_connection((host, port), timeout=5); c.sendall(b"s")
+    c = connect(); c.sendall(b"s")
     c.recv(1); c.close()   # after the server's FIN: the server holds the TIME_WAIT
 held = []
 for _ in range(n_held):
-    c = socket.create_connection((host, port), timeout=5); c.sendall(b"h"); held.append(c)
+    c = connect(); c.sendall(b"h"); held.append(c)
 time.sleep(0.3)   # the last FINs are through
 open(ready + ".tmp", "w").close(); os.rename(ready + ".tmp", ready)
 time.sleep(60)
@@ -476,7 +482,8 @@ def host_scene(tmp_path_factory):
                 address = dst if dst[0].isdigit() else net.address(dst)
                 started.append(procs.start(
                     [*net.prefix(src), sys.executable, "-c", PEER_CLIENT, address, str(port),
-                     str(ready), str(n_c), str(n_s), str(n_h)], log=work / f"client-{i}.log"))
+                     str(ready), str(n_c), str(n_s), str(n_h), str(20000 + 100 * i)],
+                    log=work / f"client-{i}.log"))
                 deadline = time.monotonic() + 20
                 while not ready.exists():
                     assert started[-1].poll() is None, (work / f"client-{i}.log").read_text()
