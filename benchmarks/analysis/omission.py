@@ -213,14 +213,19 @@ def hockey_stick(rows: list[dict], out=None):
                     for s in pts]
             ax.errorbar(xs, ys, yerr=[low, high], marker="o",
                         capsize=3, color=COLORS[model], label=f"{model} model")
-        ax.set_yscale("log")
-        ax.set_title(f"stage {stage}", fontsize=10)
-        ax.set_xlabel("offered load, % of capacity")
-        ax.set_ylabel("p99 latency, ms")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _style(ax, stage, "offered load, % of capacity", "p99 latency, ms")
     fig.suptitle("p99 against offered load: the closed and the open model", fontsize=11)
     return finish(fig, "hockey_stick", out)
+
+
+def _style(ax, stage: str, xlabel: str, ylabel: str) -> None:
+    """A stage's panel: log latency, its labels, a light grid, the models' legend."""
+    ax.set_yscale("log")
+    ax.set_title(f"stage {stage}", fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def spectrum(rows: list[dict], level=STALL, out=None):
@@ -241,12 +246,7 @@ def spectrum(rows: list[dict], level=STALL, out=None):
             ys = [intervals.interval(r[column(p)] for r in runs)["mean"] for p in SPECTRUM]
             ax.plot(ticks, ys, marker="o", color=COLORS[model], label=f"{model} model")
         ax.set_xticks(ticks, [f"{p:g}%" for p in SPECTRUM])
-        ax.set_yscale("log")
-        ax.set_title(f"stage {stage}", fontsize=10)
-        ax.set_xlabel("percentile")
-        ax.set_ylabel("latency, ms")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        _style(ax, stage, "percentile", "latency, ms")
     what = "under a stall of the app" if level == STALL else f"at {level_name(level)} load"
     fig.suptitle(f"Percentile spectrum {what}", fontsize=11)
     return finish(fig, "spectrum", out)
