@@ -45,6 +45,8 @@ from locust.runners import STATE_RUNNING, STATE_SPAWNING
 SESSIONS = 20  # signed-in accounts the arrivals take turns with
 LATE_S = 0.010  # a start this much after its intended time counts as late
 MAX_IN_FLIGHT = 1000  # default --arrival-max-in-flight
+# the chat mix both models send, by method: 6 history reads, 3 posts, 2 friend lists in 11
+MIX = ("read",) * 6 + ("post",) * 3 + ("friends",) * 2
 
 
 @events.init_command_line_parser.add_listener
@@ -103,7 +105,7 @@ class ArrivalUser(FastHttpUser):
         self.chats = [c for c in (open_chat(self.client, users_file) for _ in range(SESSIONS))
                       if c is not None]
         self.turn = itertools.cycle(self.chats)
-        self.mix = [self.read] * 6 + [self.post] * 3 + [self.friends] * 2
+        self.mix = [getattr(self, name) for name in MIX]
 
     @task
     def arrive(self):
@@ -169,7 +171,7 @@ class PacedUser(FastHttpUser):
 
     def on_start(self):
         self.chat = open_chat(self.client, setting(self.environment, "users-file"))
-        self.mix = [ArrivalUser.read] * 6 + [ArrivalUser.post] * 3 + [ArrivalUser.friends] * 2
+        self.mix = [getattr(ArrivalUser, name) for name in MIX]
 
     @task
     def send(self):

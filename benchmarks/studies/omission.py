@@ -197,7 +197,7 @@ def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list
                 record(run_load(ctx, model, rate, out, args.stall), omission.STALL, 1)
 
 
-def finish(run_dir: Path, rows: list[dict]) -> None:
+def finish(run_dir: Path) -> None:
     say("\n" + omission.write_report(run_dir))
     say(f"\n{results.rel(run_dir / omission.OMISSION_CSV)}; report.md and the plots beside it")
 
@@ -245,7 +245,7 @@ def run(args) -> int:
             study_stage(stage, opts, args, run_dir, rows)
     finally:
         if rows:
-            finish(run_dir, rows)
+            finish(run_dir)
     return 0
 
 
