@@ -14,6 +14,7 @@ import ctypes
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -54,6 +55,9 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+HELD = {signal.SIGINT, signal.SIGTERM}  # while in_netns switches namespace
+
+
 @contextmanager
 def in_netns(name: str | None):
     """Run the block in network namespace `name` (this thread only); None: where it is.
@@ -68,13 +72,20 @@ def in_netns(name: str | None):
     target = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
     try:
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        # Ctrl-C held while switching either way: one landing between the switch and
+        # the code that switches back would leave the lab's thread in a host's namespace
+        # (the likely cause of a Ctrl-C test that hung past 60 s under load)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         try:
             _setns(target)
             try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 yield
             finally:
+                signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
                 _setns(home)
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(home)
     finally:
         os.close(target)
