@@ -86,9 +86,14 @@ from locust.runners import WorkerRunner
 import socketio
 
 try:
+    from benchmarks import lab_range
     from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
+    import lab_range
     from chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
+
+# a lab address (198.18.0.0/15) only from a lab host: from here it would leave the machine
+lab_range.guard_locust(events)
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 

@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import os
 
-from locust import FastHttpUser, constant, run_single_user, task
+from locust import FastHttpUser, constant, events, run_single_user, task
+
+try:
+    from benchmarks import lab_range
+except ImportError:  # `locust -f` from elsewhere: this file's folder is on the path
+    import lab_range
+
+# a lab address (198.18.0.0/15) only from a lab host: from here it would leave the machine
+lab_range.guard_locust(events)
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 

@@ -31,7 +31,7 @@ from benchmarks import stages
 from benchmarks.analysis import metrics, report
 from benchmarks.run import cli, environment, locust_cli, options, results, runner, slo
 from benchmarks.run.cli import say
-from benchmarks.sandbox import hosts, procs, sandbox
+from benchmarks.sandbox import hosts, procs, sandbox, unreachable
 from benchmarks.sockets_tab import stage_shot, web_ui
 from benchmarks.stages import ROOT
 from benchmarks.studies import book
@@ -278,6 +278,10 @@ def cmd_clean(args) -> int:
         cleaned = True
     for line in runner.orphans():
         say(f"stopped process {line} (its lab is gone)")
+        cleaned = True
+    if unreachable.remove_if_unused():
+        say(f"deleted the route that made {hosts.BENCHMARK_NET} unreachable from this "
+            "machine's network (no lab runs here any more)")
         cleaned = True
     for setting in sandbox.restore_stale_host_sysctls():
         say(f"restored host sysctl {setting}")

@@ -8,7 +8,9 @@ address in 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside
 for benchmarks: nothing routes it to a real network) and `lo` up. The other
 end of its veth pair is a port of bridge `br0`, which lives in namespace
 `ftl-<pid>-<tag>-br`: the machine's root namespace gets no interface, no
-address, no route and no sysctl change.
+address and no sysctl change, and one route only, while any lab runs: the
+range unreachable (sandbox/unreachable.py), so nothing sent to a lab address
+from outside the lab leaves the machine.
 
     with Network("4", roles(has_front=True), sysctls=..., cpus=...) as net:
         procs.start([*net.prefix("app"), "gunicorn", ...])
@@ -34,19 +36,23 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlparse
 
+from benchmarks.lab_range import (  # noqa: F401  (the lab's range, named here too)
+    BENCHMARK_NET,
+    NETNS_DIR,
+    NS_PREFIX,
+    current_lab_namespace,
+    lab_address_from_outside,
+    outside_refusal,
+)
+from benchmarks.sandbox import unreachable
 from benchmarks.stages import APP_ROLES, CLIENT_ROLES, HOSTS, Host
 
-NETNS_DIR = "/run/netns"  # where `ip netns add` bind-mounts a namespace
-NS_PREFIX = "ftl-"  # every namespace the lab makes: `ftl-<pid>-<tag>-<role>`
-BENCHMARK_NET = ipaddress.ip_network("198.18.0.0/15")   # RFC 2544
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
 BRIDGE = "br0"
 BRIDGE_SUFFIX = "br"
@@ -214,52 +220,6 @@ def netns_available() -> tuple[bool, str]:
     return True, ""
 
 
-def current_lab_namespace() -> str | None:
-    """The lab namespace this process runs in (`lab exec`), or None on the machine's
-    own network: /run/netns/<name> is a bind mount of the namespace's inode."""
-    try:
-        mine = os.stat("/proc/self/ns/net")
-        names = os.listdir(NETNS_DIR)
-    except OSError:
-        return None
-    for name in names:
-        if not name.startswith(NS_PREFIX):
-            continue
-        try:
-            st = os.stat(os.path.join(NETNS_DIR, name))
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
-            return name
-    return None
-
-
-def lab_address_from_outside(hostname: str) -> str | None:
-    """The address of `hostname` in the lab's range (198.18.0.0/15) when this process
-    is not on a lab host, else None: from the machine's own network a request there
-    would leave by the default route, to whoever answers outside."""
-    try:
-        infos = socket.getaddrinfo(hostname, None, proto=socket.IPPROTO_TCP)
-    except socket.gaierror:
-        return None  # resolves to nothing: the request fails by itself, with its own error
-    for *_, sockaddr in infos:
-        if ipaddress.ip_address(sockaddr[0].split("%")[0]) in BENCHMARK_NET:
-            return sockaddr[0] if current_lab_namespace() is None else None
-    return None
-
-
-def outside_refusal(url: str, command: str) -> str | None:
-    """Why `command` must not send requests to `url` from here (None: it may), with
-    the `lab exec` line that runs it on a stage's client host instead."""
-    address = lab_address_from_outside(urlparse(url).hostname or "")
-    if address is None:
-        return None
-    return (f"{url}: {address} is in the lab's range {BENCHMARK_NET}, which exists only on "
-            "the lab's hosts; from this machine's network the request would leave by its "
-            "default route. Start a stage (python -m benchmarks.lab up 3) and run it on "
-            f"its client host: python -m benchmarks.lab exec -- {command}")
-
-
 def list_lab_namespaces() -> list[str]:
     out = _ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines()
@@ -418,6 +378,7 @@ class Network:
         self.bridge_namespace = f"{base}-{BRIDGE_SUFFIX}"
         self._names = {role: f"{base}-{role}" for role in self.roles}
         self._made: list[str] = []
+        self._route: unreachable.Hold | None = None
         self._previous: dict[int, object] = {}
         self._held: list[int] = []
         self._closing = self._interrupted = False
@@ -501,6 +462,11 @@ class Network:
             os.kill(os.getpid(), held[0])   # to whatever handles it now
 
     def _make(self) -> None:
+        # first: from the machine's own network the range goes nowhere while hosts use it
+        try:
+            self._route = unreachable.hold()
+        except unreachable.RouteError as e:
+            raise NetworkError(str(e)) from None
         taken = set(list_lab_namespaces())
         clash = [n for n in [self.bridge_namespace, *self._names.values()] if n in taken]
         if clash:
@@ -543,6 +509,9 @@ class Network:
         try:
             delete_namespaces(reversed(self._made))
             self._made.clear()
+            if self._route is not None:
+                self._route.release()   # the last lab out deletes the route
+                self._route = None
         finally:
             if mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -450,6 +450,11 @@ def probe_main(argv) -> int:
     p.add_argument("--worker-pid", type=int, required=True)
     p.add_argument("--json", required=True)
     args = p.parse_args(argv)
+    refusal = hosts.outside_refusal(args.url, "python -m benchmarks.studies.fd_limit probe "
+                                    + " ".join(argv))
+    if refusal:
+        print(f"fd_limit probe: {refusal}", file=sys.stderr)
+        return 2
     result = probe(args)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result), flush=True)

@@ -197,7 +197,12 @@ def test_root_namespace_gains_nothing(network):
     now = root_state()
     assert now["links"] == before["links"]          # no new interface at all
     assert in_benchmark_net(now["addrs"]) == []
-    assert in_benchmark_net(now["routes"]) == []
+    # one route only, while a lab runs: the range unreachable from the machine's network
+    assert in_benchmark_net(now["routes"]) == ["198.18.0.0/15"]
+    assert "unreachable 198.18.0.0/15 proto 198" in " ".join(now["routes"])
+    got = subprocess.run(["ip", "route", "get", "198.18.0.30"], capture_output=True,
+                         text=True, timeout=10)
+    assert got.returncode != 0 and "No route to host" in got.stderr, got
     assert now["sysctls"] == before["sysctls"]      # the machine's sysctls untouched
 
 

@@ -47,6 +47,20 @@ def test_up_exec_and_ctrl_c_clean_up(tmp_path):
                    "print(urllib.request.urlopen(os.environ['LOCUST_HOST'] + '/healthz').status)",
                    timeout=30)
         assert curl.stdout.strip() == "200", curl.stderr
+        # from the machine's own network the stage's address goes nowhere, and only with
+        # that route in place does the test try: the locustfile refuses, under `lab exec`
+        # the same line runs
+        got = subprocess.run(["ip", "route", "get", "198.18.0.30"], capture_output=True,
+                             text=True, timeout=10)
+        assert got.returncode != 0 and "No route to host" in got.stderr, got
+        line = ["locust", "-f", "benchmarks/chat.py", "--headless", "-u", "1", "-r", "1",
+                "-t", "2s", "--host", "http://198.18.0.30:8000", "ChatUser"]
+        outside = subprocess.run([sys.executable, "-m", *line], capture_output=True,
+                                 text=True, timeout=60, cwd=ROOT)
+        assert outside.returncode == 1 and "lab exec -- locust -f" in outside.stderr, outside
+        inside = lab("exec", "--results", results, "--", sys.executable, "-m", *line,
+                     timeout=60)
+        assert inside.returncode == 0, inside.stdout + inside.stderr
         second = lab("up", "2", "--results", results, "--ui-port", str(procs.free_port()))
         assert second.returncode == 2, second.stdout
         assert f"stage 2 is already up (pid {proc.pid})" in second.stdout, second.stdout
