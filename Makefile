@@ -22,9 +22,14 @@ LAB_ARGS ?=
 # Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
 
-.PHONY: setup preflight system-packages netns-check test test-fast lint lab book clean
+.PHONY: setup install box-check preflight system-packages test test-fast lint lab book clean
 
-setup: preflight system-packages netns-check $(VENV)/.installed $(VENV_EVENTLET)/.installed
+# `setup` = what installs + what checks the box. An image build runs `make install`
+# alone (a build step gets no network namespace); the box check then runs when the
+# lab starts, since `lab` and `test` run `setup`.
+setup: install box-check
+
+install: preflight system-packages $(VENV)/.installed $(VENV_EVENTLET)/.installed
 
 # Before anything is installed: Linux, root, apt-get, the distribution, a Python >= 3.11
 # (PYTHON=...), and venvs made by that Python. One line with the fix when not.
@@ -33,7 +38,7 @@ preflight:
 	  sh setup/preflight.sh box $(PYTHON)
 
 # Once iproute2 is in: a network namespace and a veth pair can be made (and are deleted).
-netns-check: system-packages
+box-check: install
 	@sh setup/preflight.sh netns
 
 system-packages: preflight
@@ -44,7 +49,10 @@ system-packages: preflight
 	done; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: missing system packages (Debian's names):$$missing; no apt-get here: install them with this system's package manager, then run make again"; \
+	    exit 1; \
+	  elif [ "$$(id -u)" = 0 ]; then \
 	    echo "setup: installing$$missing with apt-get"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing; \
 	  else \

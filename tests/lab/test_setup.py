@@ -7,6 +7,7 @@ import glob
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -16,10 +17,11 @@ ROOT = stages.ROOT
 PREFLIGHT = ROOT / "setup" / "preflight.sh"
 
 
-def preflight(*args, env=None, user=None) -> subprocess.CompletedProcess:
+def preflight(*args, env=None, user=None, script=PREFLIGHT, cwd=ROOT
+              ) -> subprocess.CompletedProcess:
     prefix = (["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
               if user is not None else [])
-    return subprocess.run([*prefix, "sh", str(PREFLIGHT), *args], cwd=ROOT, text=True,
+    return subprocess.run([*prefix, "sh", str(script), *args], cwd=cwd, text=True,
                           capture_output=True, timeout=30,
                           env={**os.environ, "PYTHON_GIVEN": "1", **(env or {})})
 
@@ -54,7 +56,14 @@ def test_a_missing_python_is_named():
 def test_without_root_it_gives_the_sudo_command():
     if os.geteuid() != 0:
         pytest.skip("needs root, to run the check as another user")
-    line = one_line(preflight("box", "python3", user=65534))
+    # a copy the other user can read: a clone under /root or any mktemp -d is 0700
+    folder = tempfile.mkdtemp(prefix="ftl-preflight-")
+    try:
+        os.chmod(folder, 0o755)
+        copy = shutil.copy(PREFLIGHT, folder)
+        line = one_line(preflight("box", "python3", user=65534, script=copy, cwd=folder))
+    finally:
+        shutil.rmtree(folder)
     assert "needs root" in line and "sudo make setup" in line
 
 
