@@ -7,6 +7,21 @@ PY := $(VENV)/bin/python
 # The book's eventlet stages run from an environment of their own (gunicorn 25.3 with
 # eventlet; gunicorn 26 removed that worker): benchmarks/stages.py ENVIRONMENTS.
 VENV_EVENTLET := .venv-eventlet
+# JupyterLab, to open notebooks/ by hand (`make notebooks`): out of .venv, which Locust
+# measures from; its kernel is .venv's Python.
+VENV_NOTEBOOKS := .venv-notebooks
+# Each venv installs from its lock (every package pinned with its PyPI hash), made from
+# its requirements file by `make lock`; setup/locks.py refuses a stale one.
+LOCKS := requirements.lock requirements-eventlet.lock
+# The installer and the lock tool, pinned so two boxes install alike. uv lives in a venv
+# of its own (.venv-lock), never in the measured ones.
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
+VENV_LOCK := .venv-lock
+# One lock for Python 3.11 to 3.13 and every platform (markers), PyPI's hashes whatever
+# index this box's pip is configured with.
+UV_COMPILE := $(VENV_LOCK)/bin/uv pip compile --quiet --no-config --universal --generate-hashes \
+  --python-version 3.11 --default-index https://pypi.org/simple --custom-compile-command "make lock"
 # Lab knobs (see README): which stages (a set: main, gevent, scale-out, failures,
 # today, everything; or keys), seconds measured per stage, how many times
 # each stage runs (interleaved), Locust users.
@@ -22,7 +37,7 @@ LAB_ARGS ?=
 # Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
 
-.PHONY: setup install box-check preflight system-packages test test-fast lint lab book clean
+.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-fast lint lab book clean
 
 # `setup` = what installs + what checks the box. An image build runs `make install`
 # alone (a build step gets no network namespace); the box check then runs when the
@@ -32,10 +47,12 @@ setup: install box-check
 install: preflight system-packages $(VENV)/.installed $(VENV_EVENTLET)/.installed
 
 # Before anything is installed: Linux, root, apt-get, the distribution, a Python >= 3.11
-# (PYTHON=...), and venvs made by that Python. One line with the fix when not.
+# (PYTHON=...), venvs made by that Python, and locks that match their requirements
+# files. One line with the fix when not.
 preflight:
 	@MAKE_GOAL="$(firstword $(MAKECMDGOALS) setup)" PYTHON_GIVEN="$(filter command line environment,$(origin PYTHON))" \
 	  sh setup/preflight.sh box $(PYTHON)
+	@$(PYTHON) setup/locks.py $(LOCKS)
 
 # Once iproute2 is in: a network namespace and a veth pair can be made (and are deleted).
 box-check: install
@@ -61,22 +78,52 @@ system-packages: preflight
 	  fi; \
 	fi
 
-# The current stack (everything but the eventlet servers). A .venv made before the
-# split may still hold eventlet: nothing here may import it, so it goes.
-$(VENV)/.installed: requirements.txt requirements-app.txt
+# The current stack (everything but the eventlet servers). Plain pip only adds: what a
+# venv holds and its lock does not (eventlet in a .venv from before the split, JupyterLab
+# from before .venv-notebooks) is uninstalled after.
+$(VENV)/.installed: requirements.lock requirements.txt requirements-app.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	@$(PY) -m pip uninstall --quiet --yes eventlet 2>/dev/null || true
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
+	$(PY) -m pip install --quiet --require-hashes -r requirements.lock
+	$(PY) setup/locks.py --leftovers requirements.lock | xargs -r $(PY) -m pip uninstall --quiet --yes
 	$(PY) -m pip check
 	@touch $@
 
-$(VENV_EVENTLET)/.installed: requirements-eventlet.txt requirements-app.txt
+$(VENV_EVENTLET)/.installed: requirements-eventlet.lock requirements-eventlet.txt requirements-app.txt
 	@test -x $(VENV_EVENTLET)/bin/python || $(PYTHON) -m venv $(VENV_EVENTLET)
-	$(VENV_EVENTLET)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_EVENTLET)/bin/python -m pip install --quiet -r requirements-eventlet.txt
+	$(VENV_EVENTLET)/bin/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(VENV_EVENTLET)/bin/python -m pip install --quiet --require-hashes -r requirements-eventlet.lock
+	$(VENV_EVENTLET)/bin/python setup/locks.py --leftovers requirements-eventlet.lock | xargs -r $(VENV_EVENTLET)/bin/python -m pip uninstall --quiet --yes
 	$(VENV_EVENTLET)/bin/python -m pip check
 	@touch $@
+
+# JupyterLab in a venv of its own; the notebooks' kernel ("python3") is .venv's Python,
+# which has ipykernel and what the notebooks import.
+notebooks: $(VENV)/.installed $(VENV_NOTEBOOKS)/.installed
+
+$(VENV_NOTEBOOKS)/.installed: requirements-notebooks.lock requirements-notebooks.txt
+	@$(PYTHON) setup/locks.py requirements-notebooks.lock
+	@test -x $(VENV_NOTEBOOKS)/bin/python || $(PYTHON) -m venv $(VENV_NOTEBOOKS)
+	$(VENV_NOTEBOOKS)/bin/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(VENV_NOTEBOOKS)/bin/python -m pip install --quiet --require-hashes -r requirements-notebooks.lock
+	$(VENV_NOTEBOOKS)/bin/python -m pip check
+	$(PY) -m ipykernel install --prefix $(VENV_NOTEBOOKS) --name python3 --display-name "Python 3 (.venv)"
+	@touch $@
+
+# Refresh every lock from its requirements file (uv keeps what is locked where the
+# requirements still allow it). Needs PyPI; commit the locks it writes.
+lock:
+	@$(VENV_LOCK)/bin/uv --version 2>/dev/null | grep -q "^uv $(UV_VERSION) " || { \
+	  $(PYTHON) -m venv $(VENV_LOCK) && $(VENV_LOCK)/bin/pip install --quiet uv==$(UV_VERSION); }
+	@for lock in $(LOCKS) requirements-notebooks.lock; do \
+	  echo "lock: $${lock%.lock}.txt -> $$lock"; \
+	  $(UV_COMPILE) $${lock%.lock}.txt -o $$lock || exit 1; \
+	done
+
+# Every locked package has a Linux aarch64 wheel for CPython 3.11, or an sdist that
+# builds with gcc and Python's headers (asks PyPI; CI runs it).
+arm64-check:
+	$(PYTHON) setup/arm64_wheels.py $(LOCKS) requirements-notebooks.lock
 
 # Two pytest processes, a test file each at a time (pytest-xdist): most tests wait on
 # servers they started, and every test judges only what it started, so two files run
@@ -102,4 +149,4 @@ book: setup
 	$(PY) -m benchmarks.lab book --duration $(DURATION) $(LAB_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV_EVENTLET) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_EVENTLET) $(VENV_NOTEBOOKS) $(VENV_LOCK) .pytest_cache .ruff_cache

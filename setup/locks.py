@@ -1,0 +1,100 @@
+"""A lock (`requirements.lock`, made by `make lock`) against its requirements file
+(`requirements.txt`): what the lab asks for against what it gets.
+
+    python3 setup/locks.py requirements.lock requirements-eventlet.lock
+
+exits 1 with one line per stale lock before `make setup` installs anything. Standard
+library only: it runs on the Python that makes the venvs, before they exist.
+
+    .venv/bin/python setup/locks.py --leftovers requirements.lock
+
+prints what that venv holds and the lock does not (a package an older requirements
+file asked for), for `make setup` to uninstall: plain pip adds, it never removes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+FIX = "make lock"
+VENV_OWN = {"pip", "setuptools", "wheel"}  # `python -m venv` puts them there, no lock does
+# `name[extras]==version ; markers \` at the start of a line
+_PIN = re.compile(r"^([A-Za-z0-9][\w.-]*)(?:\[[^\]]*\])?\s*(?:==\s*([^\s;\\]+))?")
+
+
+def normalize(name: str) -> str:
+    """PEP 503: Flask_SocketIO and flask-socketio are one package."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements_of(lock: Path) -> Path:
+    """requirements.lock is made from requirements.txt (one definition of the pairing)."""
+    return lock.with_suffix(".txt")
+
+
+def requested(path: Path) -> dict[str, str | None]:
+    """name -> pinned version (None if not pinned) of a requirements file, `-r` followed."""
+    found: dict[str, str | None] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith(("-r ", "--requirement ")):
+            found.update(requested(path.parent / line.split(None, 1)[1]))
+        elif (m := _PIN.match(line)):
+            found[normalize(m[1])] = m[2]
+    return found
+
+
+def locked(lock: Path) -> dict[str, dict]:
+    """name -> {"versions": set, "hashes": count} of a lock; a name can be locked at two
+    versions, each for its own Pythons (markers)."""
+    found: dict[str, dict] = {}
+    entry = None
+    for line in lock.read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            m = _PIN.match(line)
+            entry = found.setdefault(normalize(m[1]), {"versions": set(), "hashes": 0})
+            entry["versions"].add(m[2])
+        elif entry is not None and line.strip().startswith("--hash="):
+            entry["hashes"] += 1
+    return found
+
+
+def problems(lock: Path) -> list[str]:
+    """What a lock gets wrong against its requirements file; [] when it agrees."""
+    wanted = requirements_of(lock)
+    if not lock.exists():
+        return [f"{lock.name} is missing: {FIX}"]
+    have = locked(lock)
+    said = []
+    for name, version in requested(wanted).items():
+        if name not in have:
+            said.append(f"{wanted.name} asks for {name}, {lock.name} lacks it")
+        elif version and have[name]["versions"] != {version}:
+            got = ", ".join(sorted(have[name]["versions"]))
+            said.append(f"{wanted.name} pins {name}=={version}, {lock.name} has {got}")
+    said += [f"{lock.name} has no hash for {n}" for n, e in have.items() if not e["hashes"]]
+    return said
+
+
+def leftovers(lock: Path) -> list[str]:
+    """What the running Python's environment holds that `lock` does not."""
+    have = locked(lock).keys() | VENV_OWN
+    installed = {normalize(d.metadata["Name"]) for d in metadata.distributions()}
+    return sorted(installed - have)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--leftovers"]:
+        print("\n".join(leftovers(Path(argv[1]))))
+        return 0
+    stale = [p for lock in argv for p in problems(Path(lock))]
+    for line in stale:
+        print(f"setup: stale lock: {line}: {FIX} (then commit the lock)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
