@@ -47,18 +47,29 @@ def requested(path: Path) -> dict[str, str | None]:
     return found
 
 
+def entries(lock: Path) -> list[dict]:
+    """A lock's packages, as it lists them: name, version, marker ("" for every
+    platform) and how many hashes."""
+    found: list[dict] = []
+    for line in lock.read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            m = _PIN.match(line)
+            marker = line.partition(";")[2].rstrip(" \\").strip()
+            found.append({"name": normalize(m[1]), "version": m[2], "marker": marker,
+                          "hashes": 0})
+        elif found and line.strip().startswith("--hash="):
+            found[-1]["hashes"] += 1
+    return found
+
+
 def locked(lock: Path) -> dict[str, dict]:
     """name -> {"versions": set, "hashes": count} of a lock; a name can be locked at two
     versions, each for its own Pythons (markers)."""
     found: dict[str, dict] = {}
-    entry = None
-    for line in lock.read_text().splitlines():
-        if line and not line[0].isspace() and not line.startswith("#"):
-            m = _PIN.match(line)
-            entry = found.setdefault(normalize(m[1]), {"versions": set(), "hashes": 0})
-            entry["versions"].add(m[2])
-        elif entry is not None and line.strip().startswith("--hash="):
-            entry["hashes"] += 1
+    for e in entries(lock):
+        entry = found.setdefault(e["name"], {"versions": set(), "hashes": 0})
+        entry["versions"].add(e["version"])
+        entry["hashes"] += e["hashes"]
     return found
 
 

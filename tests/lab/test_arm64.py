@@ -1,0 +1,53 @@
+"""setup/arm64_wheels.py's verdicts on fixed file names (no network): which wheel fits
+Linux aarch64 on CPython 3.11 (Debian 12, glibc 2.36), and which lock lines that box
+installs."""
+
+from __future__ import annotations
+
+import pytest
+
+from setup import arm64_wheels as arm64
+
+X86 = "orjson-3.13.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+MUSL = "orjson-3.13.0-cp311-cp311-musllinux_1_2_aarch64.whl"
+CP311 = "orjson-3.13.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
+CP312 = "orjson-3.13.0-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"
+ABI3 = "psutil-7.2.2-cp36-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"
+PURE = "flask-3.1.3-py3-none-any.whl"
+TOO_NEW_GLIBC = "numpy-9.0-cp311-cp311-manylinux_2_39_aarch64.whl"
+SDIST = "orjson-3.13.0.tar.gz"
+
+
+@pytest.mark.parametrize("files, wanted", [
+    ([X86, MUSL, CP312, CP311, SDIST], CP311),       # the CPython 3.11 aarch64 build
+    ([X86, ABI3], ABI3),                              # the stable ABI from 3.6 on
+    ([PURE, SDIST], PURE),                            # pure Python
+    ([PURE, CP311], CP311),                           # pip prefers the specific build
+    ([X86, MUSL, CP312, SDIST], arm64.SDIST),         # musl is Alpine's, 3.12 another ABI
+    ([TOO_NEW_GLIBC, SDIST], arm64.SDIST),            # Debian 12 has glibc 2.36
+    ([X86, "orjson-3.13.0-cp311-cp311-win_arm64.whl"], arm64.NOTHING),
+    ([], arm64.NOTHING),
+])
+def test_verdict(files, wanted):
+    assert arm64.verdict(files) == wanted
+
+
+def test_file_version_matches_the_lock_spelling():
+    assert arm64.file_version("PySocks-1.7.1-py3-none-any.whl") == "1.7.1"
+    assert arm64.file_version("zope.event-6.2.tar.gz") == "6.2"
+    assert arm64.file_version("readme.txt") is None
+
+
+def test_the_box_installs_by_its_markers(tmp_path):
+    """Debian 12's Python is 3.11.2 on Linux: a marker false there leaves a line out."""
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(
+        "async-timeout==5.0.1 ; python_full_version < '3.11.3' \\\n    --hash=sha256:aa\n"
+        "numpy==2.4.6 ; python_full_version < '3.12' \\\n    --hash=sha256:bb\n"
+        "numpy==2.5.5 ; python_full_version >= '3.12' \\\n    --hash=sha256:cc\n"
+        "pywin32==312 ; sys_platform == 'win32' \\\n    --hash=sha256:dd\n"
+        "flask==3.1.3 \\\n    --hash=sha256:ee\n    # via -r requirements.txt\n")
+    pins, left_out = arm64.on_the_box([lock])
+    assert pins == [("async-timeout", "5.0.1"), ("flask", "3.1.3"), ("numpy", "2.4.6")]
+    assert left_out == {"numpy==2.5.5": "python_full_version >= '3.12'",
+                        "pywin32==312": "sys_platform == 'win32'"}
