@@ -13,6 +13,7 @@ import subprocess
 from datetime import datetime
 from importlib import metadata
 
+from benchmarks import stages
 from benchmarks.capture import cpu_sets
 from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.stages import ROOT, Stage
@@ -35,12 +36,14 @@ def versions() -> dict:
     return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
 
 
-# asked of a server environment's own Python: what it would run
+# asked of a server environment's own Python: what it would run, and every package in it
 _ASK = ("import json, platform\nfrom importlib import metadata\nfound = {}\n"
         "for name in ('gunicorn', 'eventlet', 'gevent', 'flask-socketio', 'werkzeug'):\n"
         "    try:\n        found[name] = metadata.version(name)\n"
         "    except metadata.PackageNotFoundError:\n        found[name] = None\n"
-        "print(json.dumps({'python': platform.python_version(), **found}))")
+        "every = {d.metadata['Name']: d.version for d in metadata.distributions()}\n"
+        "print(json.dumps({'python': platform.python_version(), **found,\n"
+        "                  'installed': dict(sorted(every.items(), key=lambda i: i[0].lower()))}))")
 WORKER_LIBRARY = {"eventlet": "eventlet", "gevent": "gevent"}  # gunicorn worker -> library
 
 
@@ -50,6 +53,19 @@ def environment_versions(name: str) -> dict:
     python = procs.environment_bin(name) / "python"
     out = subprocess.run([str(python), "-c", _ASK], capture_output=True, text=True, timeout=60)
     return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-300:]}
+
+
+def environments(used: set[str]) -> dict:
+    """run.json `environments`: every installed package (name: version) and the Python of
+    the current environment (Locust, the lab) and of each server environment in `used`."""
+    found = {}
+    for name in sorted({stages.CURRENT, *used}):
+        asked = environment_versions(name)
+        found[name] = {"venv": stages.ENVIRONMENTS[name].venv, "python": asked.get("python"),
+                       "packages": asked.get("installed")}
+        if "error" in asked:  # a venv that would not answer: say why, record the rest
+            found[name]["error"] = asked["error"]
+    return found
 
 
 def servers(stage: Stage) -> dict:
@@ -75,12 +91,14 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def environment() -> dict:
-    """What run.json records about where the numbers were taken."""
+def environment(used: tuple[Stage, ...] = ()) -> dict:
+    """What run.json records about where the numbers were taken; `environments` for the
+    current environment and those the stages `used` serve from."""
     return {"started": datetime.now().isoformat(timespec="seconds"),
             "git_commit": git_commit(), "versions": versions(),
             "kernel": platform.release(), "cores": os.cpu_count(),
-            "python": platform.python_version()}
+            "python": platform.python_version(),
+            "environments": environments({s.environment for s in used})}
 
 
 PREFLIGHT_S = 1.0  # seconds the box is watched at rest before the first stage

@@ -9,7 +9,8 @@
       up/<stage folder>/sockets.json     ... the classes and port ranges the Sockets tab reads
       up/<stage folder>/sockets-tab.png  ... the Sockets tab, as the browser test saw it
       20261122-081500/                   one run
-        run.json                         parameters, commit, versions, kernel, cores, stages
+        run.json                         parameters, commit, versions, environments (every
+                                         package), kernel, cores, stages
         summary.csv  report.md  plots/   the whole run (benchmarks/analysis/report.py)
         repeats/2/00-builtin/ ...        with --repeats N, repeat k's stage folders (k >= 2;
                                          repeat 1's are the run's own, below)

@@ -550,7 +550,7 @@ def run_stages(opts: RunOptions, run_dir: Path,
     a drift of the machine hits every stage alike), repeat k into results.repeat_dir
     (run.json kept up to date, `repeats_done` after each); (the results of those that
     ran, the keys of those that could not, each once)."""
-    info = {**environment.environment(), "parameters": opts.parameters(), "stages": {},
+    info = {**environment.environment(opts.stages), "parameters": opts.parameters(), "stages": {},
             "repeats_done": 0}
     info["at_rest"], line = environment.at_rest(opts.placement)
     say(line)

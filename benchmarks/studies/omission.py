@@ -233,7 +233,7 @@ def run(args) -> int:
     runner.refuse_if_up(opts.results)
     run_dir = results.new_run(opts.results, suffix="omission")
     results.write_json(run_dir / STUDY_JSON, {
-        **environment.environment(), "parameters": {
+        **environment.environment(opts.stages), "parameters": {
             k: v for k, v in vars(args).items() if k != "chosen"}})
     runs = ("the stall runs only" if args.stall_only else
             f"levels {','.join(map(str, args.levels))}% of capacity, {args.repeats} repeat(s)")

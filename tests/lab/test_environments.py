@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import subprocess
 import sys
 
 import pytest
 
 from benchmarks import stages
-from benchmarks.run import options
+from benchmarks.run import environment, options
 from benchmarks.sandbox import procs
 
 ROOT = stages.ROOT
@@ -68,3 +69,20 @@ def test_lab_run_says_which_environment_is_missing(tmp_path):
     said = done.stdout + done.stderr
     assert "stage(s) 3 serve from the eventlet environment" in said and "make setup" in said
     assert "Traceback" not in said and not any(tmp_path.iterdir())
+
+
+def test_run_json_records_every_package_of_each_environment_a_run_used():
+    """run.json `environments`: the current one always (Locust runs from it), the eventlet
+    one when a stage serves from it; each with its Python and every installed package, as
+    that environment's own pip lists them."""
+    record = environment.environment((stages.get("3g"),))["environments"]
+    assert set(record) == {stages.CURRENT}
+    record = environment.environment((stages.get("3g"), stages.get("3")))["environments"]
+    assert set(record) == {stages.CURRENT, stages.EVENTLET}
+    for name, found in record.items():
+        assert found["venv"] == stages.ENVIRONMENTS[name].venv and "error" not in found
+        listed = json.loads(pip(name, "list", "--format", "json").stdout)
+        assert found["packages"] == {p["name"]: p["version"] for p in listed}, name
+    assert record[stages.EVENTLET]["packages"]["gunicorn"] == "25.3.0"
+    assert "eventlet" not in record[stages.CURRENT]["packages"]
+    assert record[stages.CURRENT]["packages"]["locust"]

@@ -127,6 +127,9 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["versions"]["packages"]["gunicorn"].startswith("27.")
     assert info["versions"]["packages"]["eventlet"] is None  # not in the current environment
+    # every package of each environment the run used, eventlet's for its stages
+    assert set(info["environments"]) == {stages.CURRENT} | {s.environment for s in FULL}
+    assert info["environments"][stages.CURRENT]["packages"]["locust"]
     assert set(info["stages"]) == {s.key for s in FULL}
     for stage in FULL:  # what served it: the eventlet stages on 25.3, the others on 27
         served = info["stages"][stage.key]["servers"]
