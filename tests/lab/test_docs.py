@@ -112,7 +112,7 @@ RULES = [
     # the shell
     # (parsed, not run: run alone they cannot fail; the commands after them get their
     # effect, the venv's PATH and the exported variables, when they run)
-    Rule(r"source \.venv/bin/activate$", PARSE, "puts the venv first on PATH"),
+    Rule(r"source \.venv(-notebooks)?/bin/activate$", PARSE, "puts the venv first on PATH"),
     Rule(r"export \w+=", PARSE, "sets variables for the commands after it"),
     Rule(r"bash -c 'ulimit -n 64; ", RUN, "fails on purpose: EMFILE in its own subshell",
          status=1, shows="Too many open files"),
