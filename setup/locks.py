@@ -49,16 +49,19 @@ def requested(path: Path) -> dict[str, str | None]:
 
 def entries(lock: Path) -> list[dict]:
     """A lock's packages, as it lists them: name, version, marker ("" for every
-    platform) and how many hashes."""
+    platform), how many hashes, and whether a requirements file asked for it (uv's
+    `# via -r FILE`)."""
     found: list[dict] = []
     for line in lock.read_text().splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):
             m = _PIN.match(line)
             marker = line.partition(";")[2].rstrip(" \\").strip()
             found.append({"name": normalize(m[1]), "version": m[2], "marker": marker,
-                          "hashes": 0})
+                          "hashes": 0, "asked": False})
         elif found and line.strip().startswith("--hash="):
             found[-1]["hashes"] += 1
+        elif found and re.match(r"\s+#\s+(via\s+)?-r ", line):
+            found[-1]["asked"] = True
     return found
 
 
@@ -78,15 +81,17 @@ def problems(lock: Path) -> list[str]:
     wanted = requirements_of(lock)
     if not lock.exists():
         return [f"{lock.name} is missing: {FIX}"]
-    have = locked(lock)
+    have, asked = locked(lock), requested(wanted)
     said = []
-    for name, version in requested(wanted).items():
+    for name, version in asked.items():
         if name not in have:
             said.append(f"{wanted.name} asks for {name}, {lock.name} lacks it")
         elif version and have[name]["versions"] != {version}:
             got = ", ".join(sorted(have[name]["versions"]))
             said.append(f"{wanted.name} pins {name}=={version}, {lock.name} has {got}")
     said += [f"{lock.name} has no hash for {n}" for n, e in have.items() if not e["hashes"]]
+    said += [f"{lock.name} still has {e['name']}, which {wanted.name} no longer asks for"
+             for e in entries(lock) if e["asked"] and e["name"] not in asked]
     return said
 
 

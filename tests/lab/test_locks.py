@@ -104,6 +104,15 @@ def test_make_setup_refuses_a_stale_lock_before_installing_anything(tmp_path):
     assert not list(folder.glob(".venv*"))
 
 
+def test_a_requirement_dropped_without_make_lock_fails_the_check(tmp_path):
+    """The lock would still install it (JupyterLab in .venv, before .venv-notebooks)."""
+    folder = copy_of_the_locked_files(tmp_path)
+    path = folder / "requirements.txt"
+    path.write_text(re.sub(r"^ruff==\S+\n", "", path.read_text(), flags=re.M))
+    assert locks.problems(folder / "requirements.lock") == [
+        "requirements.lock still has ruff, which requirements.txt no longer asks for"]
+
+
 def test_a_lock_without_hashes_fails_the_check(tmp_path):
     folder = copy_of_the_locked_files(tmp_path)
     lock = folder / "requirements-eventlet.lock"
