@@ -126,3 +126,45 @@ def test_without_apt_get_make_setup_goes_on_when_every_tool_is_there(tmp_path, l
                     "install them with this system's package manager, then run make again"], \
         ran.stdout + ran.stderr
 
+
+
+# --- the VM recipe: setup/cloud-init.yaml ---------------------------------------------
+
+CLOUD_INIT = ROOT / "setup" / "cloud-init.yaml"
+
+
+def test_the_cloud_init_file_passes_cloud_init_schema():
+    tool = shutil.which("cloud-init")
+    if tool is None:
+        pytest.skip("cloud-init is not installed (.ci/run installs it: apt-get install "
+                    "cloud-init)")
+    ran = subprocess.run([tool, "schema", "--config-file", str(CLOUD_INIT)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "Valid cloud-config" in ran.stdout, ran.stdout + ran.stderr
+
+
+def cloud_init_packages(text: str) -> set[str]:
+    """The `packages:` list's names (plain YAML here: one `  - name` a line)."""
+    block = text.split("\npackages:\n", 1)[1].split("\n\n", 1)[0]
+    return {ln.strip()[2:] for ln in block.splitlines() if ln.strip().startswith("- ")}
+
+
+def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parses(tmp_path):
+    text = CLOUD_INIT.read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(ln for ln in makefile.splitlines() if ln.startswith("SYSTEM_TOOLS :="))
+    wanted = {pair.split(":")[1] for pair in line.split(":=", 1)[1].split()}
+    assert wanted - cloud_init_packages(text) == set()
+    # the script, as cloud-init writes it: the block under its path, six spaces in
+    block = text.split("path: /usr/local/sbin/lab-ready", 1)[1].split("content: |\n", 1)[1]
+    script = []
+    for ln in block.splitlines():
+        if ln and not ln.startswith("      "):
+            break
+        script.append(ln[6:])
+    assert script[0] == "#!/bin/sh" and "make setup" in script
+    (tmp_path / "lab-ready").write_text("\n".join(script) + "\n")
+    parsed = subprocess.run(["sh", "-n", str(tmp_path / "lab-ready")], capture_output=True,
+                            text=True, timeout=10)
+    assert parsed.returncode == 0, parsed.stderr
+    assert "export FTL_UI_ADDRESS=0.0.0.0" in text
