@@ -19,14 +19,15 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from scipy import stats as scipy_stats
-
+# scipy (and numpy under it) is imported where a test is computed: `lab list` imports
+# the report, and starts without them (tests/lab/test_layout.py)
 ALPHA = 0.05  # a step is "significant" when its paired test's p is below this
 ENOUGH = 10  # requests beyond a percentile for it to be shown: p99 needs 1,000
 
 
 def t95(df: int) -> float:
     """Student's t for a two-sided 95% interval with `df` degrees of freedom."""
+    from scipy import stats as scipy_stats
     return float(scipy_stats.t.ppf(0.975, df))
 
 
@@ -62,6 +63,7 @@ def step(ratios: list[float]) -> dict:
     if sd == 0:  # every repeat gave the same ratio: no spread to test against
         t, p = (math.inf, 0.0) if mean else (0.0, 1.0)
     else:
+        from scipy import stats as scipy_stats
         result = scipy_stats.ttest_1samp(logs, 0.0)
         t, p = float(result.statistic), float(result.pvalue)
     return {**out, "low": math.exp(mean - half), "high": math.exp(mean + half), "t": t,
