@@ -77,7 +77,8 @@ DEFAULTS = {
     # Flask-SocketIO's async mode: "auto" asks what the server runs (app/realtime.py:
     # eventlet or gevent when that library patched the standard library, else
     # threading); a stage states its own (FLASK_SOCKETIO_ASYNC_MODE=threading under
-    # gunicorn's gthread worker), and a mode that does not match what runs is refused.
+    # gunicorn's gthread worker); a mode that does not match what runs is logged as a
+    # warning and the mode that runs is served (app/realtime.py).
     "SOCKETIO_ASYNC_MODE": "auto",
     # Seconds a client has, after the Engine.IO handshake, to connect to
     # Socket.IO with a valid token; then its session is closed (socket_guard.py).

@@ -1,6 +1,7 @@
 # Stage 3t (gthread-keepalive): gunicorn's threaded worker with keep-alive, the
-# server Flask-SocketIO's author recommends trying first (its threading mode,
-# websockets through simple-websocket), and what most Flask services run.
+# mode Flask-SocketIO's introduction points to first (its threading mode,
+# websockets through simple-websocket; its deployment page still lists eventlet
+# first, threads as "a third option"), and what most Flask services run.
 #
 # A gthread worker serves each request in a thread of a fixed pool and parks an
 # idle keep-alive connection in its poller, where it holds no thread. A
@@ -25,7 +26,8 @@ workers = 4
 # users (each a websocket that holds a thread for the whole run) and 50 HTTP
 # users that each send one request at a time: 60 at once at most, so every one
 # has a thread. With `threads = 2` (8 in all) the 10 websockets would take every
-# thread and the HTTP requests would wait behind them (lab 13 shows it).
+# thread and the HTTP requests would wait behind them: lab 13 shows the same
+# with 80 websockets against these 64 threads.
 threads = 16
 # Connections a process holds at once, busy or idle (gunicorn's default,
 # spelled out): idle keep-alive connections beyond `threads` wait in the

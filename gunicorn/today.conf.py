@@ -23,7 +23,12 @@ worker_class = "gevent"
 # processes on that core, 42% of the server's samples ended inside a socket send;
 # with one, about 20%, and the server's CPU per request fell from 1.05 to about
 # 0.88 ms (lab 13). On a server with more cores this gives one worker per core;
-# gunicorn's master restarts a worker that dies.
+# gunicorn's master restarts a worker that dies. Several workers and Socket.IO:
+# Flask-SocketIO then needs a message queue (the app's FLASK_SOCKETIO_MESSAGE_QUEUE)
+# and websocket-only clients or sticky sessions, or a long-polling client's next
+# request reaches a worker that does not hold its session (lab 13's migration).
+# Each worker holds at most worker_connections connections (gunicorn's default,
+# 1,000, kept here): raise it, with the file-descriptor limit, for more websockets.
 workers = len(os.sched_getaffinity(0))
 # As the other keep-alive stages (the book's `--keep-alive 10`), longer than
 # Nginx's 5 s, so that Nginx, not gunicorn, closes an idle upstream connection.

@@ -13,9 +13,10 @@ and werkzeug's own (`flask run`), plus the app's own timed lines under it
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
-from benchmarks.analysis import intervals
+from benchmarks.analysis import stats
 from benchmarks.run import results
 from benchmarks.stages import Stage
 
@@ -61,7 +62,7 @@ def tally(raw_lines) -> dict:
 
 
 def server_latency(log: Path, offset: int = 0) -> dict:
-    """`server_p50_ms`, `_p95_`, `_p99_`: percentiles (nearest rank) of the request times
+    """`server_p50_ms`, `_p95_`, `_p99_`: percentiles (stats.percentile) of the request times
     that close the chat API's lines in an access log from byte `offset` on (seconds, the
     last field: Nginx's `$request_time`, gunicorn's `%(L)s`); None without any."""
     times = []
@@ -76,8 +77,8 @@ def server_latency(log: Path, offset: int = 0) -> dict:
                 last = line[match.end():].split()[-1:]
                 if last and _seconds(last[0]) is not None:
                     times.append(_seconds(last[0]) * 1000)
-    times.sort()
-    return {f"server_p{q}_ms": round(intervals.nearest_rank(times, q / 100), 1)
+    counts = Counter(times)
+    return {f"server_p{q}_ms": round(stats.percentile(counts, q / 100), 1)
             if times else None for q in (50, 95, 99)}
 
 

@@ -2,6 +2,8 @@
 them beside the pictures that benchmarks/analysis/plots.py draws (which re-exports
 both, as `plots.TITLES` and `plots.HOW_TO_READ`)."""
 
+from benchmarks.analysis import stats
+
 HOW_TO_READ = {
     "throughput_latency": (
         "Taller green bars are more answered requests per second (red on top: requests "
@@ -12,7 +14,8 @@ HOW_TO_READ = {
         "A black dash is the p95 in the server's own access log: the gap up to Locust's "
         "bar is time spent outside the server (the network, Locust's own queueing). With "
         "--repeats, a black dot and whiskers are a stage's mean RPS and its 95% interval "
-        "(the bar is the first repeat), and `n.s.` marks a step the box's noise can explain."),
+        "(the bar is the first repeat), and `n.s.` marks a step that is not significant "
+        f"(its paired test on the ratios within each repeat: p >= {stats.ALPHA:g})."),
     "time_wait": (
         "Each panel is one stage: a line that climbs is a connection class opening and "
         "closing a connection per request (each socket stays in TIME_WAIT for 60 s, so "

@@ -11,10 +11,11 @@ with its source and meaning; a test keeps it and `compute` in step.
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.analysis import intervals
+from benchmarks.analysis import stats
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets
@@ -242,15 +243,19 @@ def sessions(stage_dir: Path) -> dict:
     if not found:
         return dict.fromkeys(("sio_sessions", "sio_sessions_failed", "sio_sessions_completed",
                               "sio_session_p50_ms", "sio_session_p95_ms"))
-    lengths = sorted(seconds * 1000 for f in found for seconds in f["lengths"])
+    lengths = Counter(seconds * 1000 for f in found for seconds in f["lengths"])
 
-    def nearest(q):
-        return round(intervals.nearest_rank(lengths, q)) if lengths else None
+    def at(q):
+        return round(stats.percentile(lengths, q)) if lengths else None
 
     return {"sio_sessions": sum(f["created"] for f in found),
             "sio_sessions_failed": sum(f["failed"] for f in found),
             "sio_sessions_completed": sum(f["completed"] for f in found),
-            "sio_session_p50_ms": nearest(0.5), "sio_session_p95_ms": nearest(0.95)}
+            "sio_session_p50_ms": at(0.5), "sio_session_p95_ms": at(0.95)}
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def group_rps(entries: list[dict]) -> float | None:
@@ -274,29 +279,15 @@ def _group_totals(entries: list[dict], prefix: str) -> dict:
     for e in entries:
         for ms, n in e["response_times"].items():
             times[int(ms)] = times.get(int(ms), 0) + n
-    counted = sum(times.values())
     values = {
         "requests": requests, "failures": failures,
         # answered requests a second: Locust's own figure counts failures too, and in
         # stage 4 those are fast 502s from Nginx
         "rps": round(all_rps * (requests - failures) / max(1, requests), 1),
         "locust_rps": round(all_rps, 1),
-        **{f"p{p}_ms": float(percentile(times, counted, p / 100)) for p in (50, 95, 99)},
+        **{f"p{p}_ms": _float(stats.percentile(times, p / 100)) for p in (50, 95, 99)},
     }
     return {f"{prefix}{k}": v for k, v in values.items()}
-
-
-def percentile(times: dict[int, int], count: int, fraction: float) -> int:
-    """The response time `fraction` of the requests finished within, from Locust's
-    histogram {ms: requests}, by Locust's own rule (`calculate_response_time_percentile`;
-    importing locust here would monkey-patch everything that reads these metrics)."""
-    below = int(count * fraction)
-    seen = 0
-    for ms in sorted(times, reverse=True):
-        seen += times[ms]
-        if count - seen <= below:
-            return ms
-    return 0
 
 
 def _csv_totals(stats_csv: Path) -> dict:
@@ -594,7 +585,6 @@ def mean_cpu(sampler_csv: Path, column: str, after: float = 0.0) -> float | None
 def cpu_percentile(sampler_csv: Path, column: str, fraction: float,
                    after: float = 0.0) -> float | None:
     """The CPU % that `fraction` of the samples (from `after` seconds on) stay at or under."""
-    values = sorted(v for _, v in _cpu_samples(sampler_csv, column, after))
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(fraction * len(values)))], 1)
+    value = stats.percentile(Counter(v for _, v in _cpu_samples(sampler_csv, column, after)),
+                             fraction)
+    return None if value is None else round(value, 1)

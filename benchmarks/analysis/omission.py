@@ -12,16 +12,17 @@ and the notebook say the same thing:
     omission.spectrum(rows, out="spectrum.png")     # latency at 50 ... 99.99% under the stall
 
 Latencies are in ms. The closed model's are Locust's own (from when a user sent
-its request); the open model's count from each request's intended start.
+its request); the open model's count from each request's intended start. Percentiles
+follow the lab's one rule (stats.percentile, Locust's), and the table and the spectrum
+show one only where the runs had the requests to support it (stats.too_few).
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
-from benchmarks.analysis import intervals
+from benchmarks.analysis import stats
 
 # matplotlib is imported by the plots only (drawing.py): the report imports this module,
 # and `lab list` imports the report
@@ -29,7 +30,7 @@ from benchmarks.analysis import intervals
 OMISSION_CSV = "omission.csv"
 SUMMARY_CSV = "omission-summary.csv"
 MODELS = ("closed", "open")
-STALL = "stall"  # the level of the runs with a stall of the app in the middle
+STALL = "stall"  # the level of the runs with the app's workers stopped for a while
 SPECTRUM = (50, 90, 99, 99.9, 99.99)  # percentiles drawn by `spectrum`
 SLOW_MS = 1000  # a request this slow counts in `slow` (the stall's mark)
 COLUMNS = ("stage", "model", "level", "rate", "repeat", "users", "requests", "failures",
@@ -46,26 +47,20 @@ def column(p: float) -> str:
     return f"p{str(p).replace('.', '_')}"
 
 
-def percentile(times: dict[int, int], fraction: float) -> int | None:
-    """The response time (ms) `fraction` of the requests finished within, nearest rank,
-    from a histogram {ms: requests}; None when it is empty."""
-    count = sum(times.values())
-    if not count:
-        return None
-    rank, seen = max(1, math.ceil(fraction * count)), 0
-    for ms in sorted(times):
-        seen += times[ms]
-        if seen >= rank:
-            return ms
-    return max(times)
-
-
 def figures(times: dict[int, int]) -> dict:
     """The spectrum, the slowest and how many took over SLOW_MS, from a histogram."""
-    out = {column(p): percentile(times, p / 100) for p in SPECTRUM}
+    out = {column(p): stats.percentile(times, p / 100) for p in SPECTRUM}
     out["max"] = max(times) if times else None
     out["slow"] = sum(n for ms, n in times.items() if ms > SLOW_MS)
     return out
+
+
+def ms(row: dict, p: float) -> str:
+    """`1800 ms`, or `too few (2,936)` when the run's requests cannot support the `p`th
+    percentile (a row of omission.csv, or of the summary with `requests`: its fewest)."""
+    if stats.too_few(p / 100, row["requests"]):
+        return f"too few ({row['requests'] or 0:,})"
+    return f"{row[column(p)]} ms"
 
 
 def read(run_dir: Path) -> list[dict]:
@@ -109,14 +104,15 @@ def summarize(rows: list[dict]) -> list[dict]:
                 runs = [r for r in mine if r["level"] == level and r["model"] == model]
                 if not runs:
                     continue
-                p50, p99 = (intervals.interval(r[c] for r in runs) for c in ("p50", "p99"))
+                p50, p99 = (stats.interval(r[c] for r in runs) for c in ("p50", "p99"))
                 out.append({"stage": stage, "level": level, "rate": runs[0]["rate"],
                             "model": model, "n": p99["n"],
-                            "rps_mean": _r(intervals.interval(r["rps"] for r in runs)["mean"]),
+                            "requests": min(r["requests"] or 0 for r in runs),
+                            "rps_mean": _r(stats.interval(r["rps"] for r in runs)["mean"]),
                             **{f"{name}_{k}": _r(iv[k]) for name, iv in (("p50", p50),
                                                                         ("p99", p99))
                                for k in ("mean", "low", "high")},
-                            "slow_mean": _r(intervals.interval(r["slow"] for r in runs)["mean"]),
+                            "slow_mean": _r(stats.interval(r["slow"] for r in runs)["mean"]),
                             "late": sum(r.get("late") or 0 for r in runs),
                             "unreliable": sum(bool(r.get("unreliable")) for r in runs)})
     return out
@@ -127,10 +123,13 @@ def _r(value, digits: int = 1):
 
 
 def shown(s: dict, name: str) -> str:
-    """`120 [95, 145]`, or the mean alone with one repeat."""
+    """`120 [95, 145]`, or the mean alone with one repeat; `too few (N)` when the fewest
+    requests of a run cannot support the percentile."""
     mean, low, high = s[f"{name}_mean"], s[f"{name}_low"], s[f"{name}_high"]
     if mean is None:
         return "-"
+    if stats.too_few(float(name[1:]) / 100, s.get("requests")):
+        return f"too few ({s['requests']:,})"
     if low is None:
         return f"{mean:.0f}"
     return f"{mean:.0f} [{max(0.0, low):.0f}, {high:.0f}]"
@@ -169,7 +168,9 @@ def section(run_dir: Path) -> str:
         "for their answer (paced to the rate), the open model starts requests on a "
         "schedule and times them from their intended start. Means over the repeats, "
         "95% intervals in brackets; `stall` is a run with the app's workers stopped "
-        "for a few seconds in the middle (benchmarks/studies/omission.py).", "",
+        "for a few seconds, 1 s after its load reached the app "
+        "(benchmarks/studies/omission.py). A percentile is shown where every run had "
+        f"at least {stats.ENOUGH} requests beyond it (p99: {stats.needed(0.99):,}).", "",
         table(summarize(rows)), ""])
 
 
@@ -243,10 +244,15 @@ def spectrum(rows: list[dict], level=STALL, out=None):
             runs = [r for r in chosen if str(r["stage"]) == stage and r["model"] == model]
             if not runs:
                 continue
-            ys = [intervals.interval(r[column(p)] for r in runs)["mean"] for p in SPECTRUM]
+            fewest = min(r["requests"] or 0 for r in runs)
+            ys = [None if stats.too_few(p / 100, fewest) else
+                  stats.interval(r[column(p)] for r in runs)["mean"] for p in SPECTRUM]
             ax.plot(ticks, ys, marker="o", color=COLORS[model], label=f"{model} model")
-        ax.set_xticks(ticks, [f"{p:g}%" for p in SPECTRUM])
+        fewest = min(r["requests"] or 0 for r in chosen if str(r["stage"]) == stage)
+        ax.set_xticks(ticks, [f"{p:g}%" + ("\ntoo few" if stats.too_few(p / 100, fewest)
+                                          else "") for p in SPECTRUM])
         _style(ax, stage, "percentile", "latency, ms")
     what = "under a stall of the app" if level == STALL else f"at {level_name(level)} load"
-    fig.suptitle(f"Percentile spectrum {what}", fontsize=11)
+    fig.suptitle(f"Percentile spectrum {what} (drawn where every run had {stats.ENOUGH} "
+                 "requests beyond the percentile)", fontsize=10)
     return finish(fig, "spectrum", out)

@@ -30,7 +30,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from benchmarks.analysis import intervals, metrics, repeats
+from benchmarks.analysis import metrics, repeats
 from benchmarks.analysis.captions import HOW_TO_READ, TITLES  # noqa: F401 - plots.TITLES
 from benchmarks.analysis.drawing import empty, figure, finish, run_note
 from benchmarks.analysis.frames import (
@@ -185,7 +185,8 @@ def _throughput_panel(top, m: pd.DataFrame, x) -> None:
 
 def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
     """With --repeats: each stage's mean RPS and its 95% interval over the bar (the bar is
-    the first repeat's), and a step whose intervals overlap marked `n.s.`."""
+    the first repeat's), and a step its paired test does not find (repeats.paired)
+    marked `n.s.`."""
     ivs = [over.get(key, {}).get("rps") for key in m["key"]]
     if not any(iv and iv["low"] is not None for iv in ivs):
         return
@@ -194,8 +195,10 @@ def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
             whiskers = [[iv["mean"] - iv["low"]], [iv["high"] - iv["mean"]]]
             top.errorbar(i + 0.3, iv["mean"], yerr=whiskers, fmt="o", color="black", ms=4,
                          capsize=5, zorder=6, label="mean, 95% interval" if i == 0 else None)
+    entries = [over.get(key) for key in m["key"]]
     for i, (a, b) in enumerate(zip(ivs, ivs[1:], strict=False)):
-        if a and b and intervals.significant(a, b) is False:
+        tested = entries[i] and entries[i + 1] and repeats.paired(entries[i], entries[i + 1])
+        if a and b and tested and tested[1]["significant"] is False:
             top.annotate("n.s.", (i + 0.5, max(a["high"], b["high"])), xytext=(0, 4),
                          textcoords="offset points", ha="center", fontsize=8, color="#555555")
     top.set_ylim(0, max(top.get_ylim()[1], max(iv["high"] for iv in ivs if iv

@@ -3,8 +3,9 @@
 Repeat 1's stage folders are the run's own, repeat k's are under repeats/K/
 (benchmarks/run/results.py). For every stage: how many repeats measured it and
 passed all its checks, which checks failed in which repeat, and the mean with a
-95% interval (benchmarks/analysis/intervals.py) of its RPS and p95. The report,
-summary.csv and the throughput plot read this.
+95% interval of its RPS and p95 (for the plots); for each step between stages, the
+paired test of its ratios within each repeat (benchmarks/analysis/stats.py). The
+report, summary.csv and the throughput plot read this.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.analysis import intervals
+from benchmarks.analysis import stats
 from benchmarks.run import results
 
 FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
@@ -43,7 +44,7 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
             entry["rps_by_repeat"][repeat] = m.get("rps")
     for entry in found.values():
         for name in FIGURES:
-            entry[name] = intervals.interval(entry["values"].get(name, []))
+            entry[name] = stats.interval(entry["values"].get(name, []))
     order = [s.key for s in stages.STAGES]
     return dict(sorted(found.items(), key=lambda kv: order.index(kv[0])))
 
@@ -64,23 +65,23 @@ def disturbed(entry: dict, limit: float) -> int:
     return sum((v or 0) > limit for v in entry["values"].get(FOREIGN, []))
 
 
-def steps(entries: dict) -> list[tuple[dict, dict, bool | None]]:
-    """(a stage, the next, whether their RPS intervals are apart) for consecutive stages,
-    then, with three stages or more, the first against the last: the whole way (stage
-    5 to 8 in lab 13)."""
+def steps(entries: dict) -> list[tuple[dict, dict, list[float], dict]]:
+    """(a stage, the next, the RPS ratios within each repeat, their paired test
+    (stats.step)) for consecutive stages, then, with three stages or more, the first
+    against the last: the whole way (stage 5 to 8 in lab 13)."""
     ordered = list(entries.values())
     pairs = list(zip(ordered, ordered[1:], strict=False))
     pairs += [(ordered[0], ordered[-1])] if len(ordered) > 2 else []
-    return [(a, b, intervals.significant(a["rps"], b["rps"])) for a, b in pairs]
+    return [(a, b, *paired(a, b)) for a, b in pairs]
 
 
 def paired(a: dict, b: dict) -> tuple[list[float], dict]:
-    """The step's RPS ratio b/a within each repeat that measured both, and its interval:
-    the stages ran side by side in each repeat, so a drift of the box that moved both
-    leaves their ratio alone."""
+    """The step's RPS ratio b/a within each repeat that measured both, and their paired
+    test: the stages ran side by side in each repeat, so a drift of the box that moved
+    both leaves their ratio alone."""
     ratios = [b["rps_by_repeat"][k] / a["rps_by_repeat"][k] for k in a["rps_by_repeat"]
-              if a["rps_by_repeat"][k] and b["rps_by_repeat"].get(k) is not None]
-    return ratios, intervals.interval(ratios)
+              if a["rps_by_repeat"][k] and b["rps_by_repeat"].get(k)]
+    return ratios, stats.step(ratios)
 
 
 def _round(value):

@@ -20,7 +20,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from benchmarks.analysis import metrics, omission, repeats
+from benchmarks.analysis import metrics, omission, repeats, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results, slo
 
@@ -32,6 +32,9 @@ TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (s
                  ("foreign_cpu_pct", "others' CPU %"),
                  ("sio_rps", "WS acks/s"), ("sio_p95_ms", "ack p95 ms"),
                  ("checks", "checks"))
+# the table's percentiles: their fraction and the count of what they are taken over
+PERCENTILES = {"p50_ms": (0.5, "requests"), "p95_ms": (0.95, "requests"),
+               "p99_ms": (0.99, "requests"), "sio_p95_ms": (0.95, "sio_requests")}
 
 
 def stage_results(run_dir: Path) -> list[dict]:
@@ -55,7 +58,8 @@ def rows(run_dir: Path) -> list[dict]:
     over = repeats.by_stage(run_dir)
     for r in stage_results(run_dir):
         row = {"stage": r["stage"].dirname}
-        row.update({c: r["metrics"].get(c) for c in SUMMARY_COLUMNS[1:]})
+        row.update({c: r["metrics"].get(c) for c in (*SUMMARY_COLUMNS[1:], "requests",
+                                                     "sio_requests")})
         row.update(repeats.columns(over[r["stage"].key]))
         passed = sum(c["passed"] for c in r["checks"])
         row["checks"] = f"{passed}/{len(r['checks'])}"
@@ -63,10 +67,19 @@ def rows(run_dir: Path) -> list[dict]:
     return out
 
 
+def _shown(row: dict, key: str) -> str:
+    """A table cell; a percentile of too few requests (stats.too_few) as `too few (N)`."""
+    if key in PERCENTILES and row.get(key) is not None:
+        fraction, count = PERCENTILES[key]
+        if stats.too_few(fraction, row.get(count)):
+            return f"too few ({row.get(count) or 0:,})"
+    return _cell(row.get(key))
+
+
 def summary_table(run_dir: Path) -> str:
     """The summary as a Markdown table (also readable on a terminal)."""
     header = [label for _, label in TABLE_COLUMNS]
-    body = [[_cell(row.get(key)) for key, _ in TABLE_COLUMNS] for row in rows(run_dir)]
+    body = [[_shown(row, key) for key, _ in TABLE_COLUMNS] for row in rows(run_dir)]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
     def line(cells):
@@ -76,10 +89,13 @@ def summary_table(run_dir: Path) -> str:
 
 
 def repeats_section(run_dir: Path) -> str:
-    """With --repeats: each stage's mean and 95% interval, whether each step between
-    consecutive stages (and the first stage against the last) is larger than the box's
-    noise, and every check that failed in a repeat. Empty for a run of one repeat."""
+    """With --repeats: each stage's mean and 95% interval, each step between
+    consecutive stages (and the first stage against the last) with its paired test,
+    and every check that failed in a repeat. Empty for a run of one repeat."""
     over = repeats.by_stage(run_dir)
+    if len(over) > 1 and max(e["repeats"] for e in over.values()) < 2:
+        return ("One repeat: no step between stages is tested (`--repeats 3` runs each "
+                "stage three times and judges each step with a paired test).")
     if not over or max(e["repeats"] for e in over.values()) < 2:
         return ""
 
@@ -93,10 +109,12 @@ def repeats_section(run_dir: Path) -> str:
     lines = ["## Repeats", "",
              "Each stage ran once per repeat, the stages interleaved (0,1,2,0,1,2...) so "
              "that a drift of the machine hits them alike. Mean [95% interval] over the "
-             "repeats (Student's t: with 3 repeats the interval is wide). A step between "
-             "two stages whose RPS intervals overlap is *not significant on this box*. "
-             "Each step also gives its ratio within each repeat, with that ratio's "
-             "interval: a slow spell of the box moves both stages of a repeat.", "",
+             "repeats (Student's t: with 3 repeats the interval is wide). A step is "
+             "judged within each repeat, where a slow spell of the box moves both "
+             "stages: its RPS ratio in each repeat, their geometric mean with its 95% "
+             "interval, and p, the two-sided paired t test on the log ratios. "
+             f"*Significant* means p < {stats.ALPHA:g}; a step is a finding only then.",
+             "",
              "| stage | passed every check | RPS | p95 ms | others' CPU %, each repeat |",
              "|---|---|---|---|---|"]
     lines += [f"| {e['stage'].dirname} | {e['passed']}/{e['repeats']} | {shown(e['rps'])} "
@@ -105,22 +123,15 @@ def repeats_section(run_dir: Path) -> str:
               for e in over.values()]
     limit = metrics.FOREIGN_CPU_LIMIT
     lines += ["", "Steps, RPS:", ""] if len(over) > 1 else []
-    for a, b, apart in repeats.steps(over):
-        verdict = {True: "significant", False: "not significant on this box",
-                   None: "no interval"}[apart]
-        ratio = (f" ({b['rps']['mean'] / a['rps']['mean']:.2f}x)"
-                 if a["rps"]["mean"] and b["rps"]["mean"] is not None else "")
-        ratios, iv = repeats.paired(a, b)
-        if iv["low"] is not None:  # the step in each repeat, which drift moves less
-            verdict += (f"; within each repeat {', '.join(f'{r:.2f}' for r in ratios)}x, "
-                        f"{iv['mean']:.2f} [{iv['low']:.2f}, {iv['high']:.2f}]")
-            if apart is False and not iv["low"] <= 1 <= iv["high"]:
-                verdict += ": the step held in every repeat, smaller than the stages' spread"
+    for a, b, ratios, test in repeats.steps(over):
+        each = (f" (each repeat {', '.join(f'{r:.2f}' for r in ratios)})"
+                if len(ratios) > 1 else "")
         lost = repeats.disturbed(a, limit) + repeats.disturbed(b, limit)
-        why = (f" (in {lost} of their {a['repeats'] + b['repeats']} runs other processes "
-               f"took over {limit:g}% of the server's CPUs: see What else ran)"
-               if lost and apart is False else "")
-        lines.append(f"- {a['stage'].key} -> {b['stage'].key}{ratio}: {verdict}{why}")
+        why = (f"; in {lost} of their {a['repeats'] + b['repeats']} runs other processes "
+               f"took over {limit:g}% of the server's CPUs: see What else ran"
+               if lost and test["significant"] is False else "")
+        lines.append(f"- {a['stage'].key} -> {b['stage'].key}: {stats.verdict(test)}"
+                     f"{each}{why}")
     failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
     lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
     lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
@@ -252,7 +263,10 @@ def header(run_dir: Path, info: dict) -> list[str]:
         "Locust's p95 over the load (its start-up left out), in % of one core. Every figure "
         "comes from the files in the stage's folder: `locust.json` (RPS, percentiles, "
         "failures), `count.json` (the server's count), `sampler.csv` (sockets, CPU), "
-        "`metrics.json` (all derived numbers), `checks.json`.",
+        "`metrics.json` (all derived numbers), `checks.json`. A percentile is shown when "
+        f"at least {stats.ENOUGH} requests lie beyond it (p95 needs "
+        f"{stats.needed(0.95):,} requests, p99 {stats.needed(0.99):,}); otherwise "
+        "`too few (N)`.",
         "",
     ]
 

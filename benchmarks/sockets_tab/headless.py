@@ -94,13 +94,24 @@ def _wait(what, seconds: float, message: str):
 
 
 def start_swarm(driver, url: str, users: int = 20, spawn_rate: int = 10) -> None:
-    """Open the UI and start a swarm through its form."""
+    """Open the UI and start a swarm through its form. After a test has stopped, Locust's
+    UI shows a New button instead of the form (a second call, or a test started and
+    stopped in the UI): it is clicked, and its form used."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
+    def form_or_new():
+        forms = driver.find_elements(By.CSS_SELECTOR, "form")
+        if forms:
+            return forms[0]
+        for button in driver.find_elements(By.XPATH, "//button[normalize-space()='New']"):
+            button.click()  # opens the form; the next try finds it
+        return None
+
     driver.get(url)
-    form = _wait(lambda: driver.find_element(By.CSS_SELECTOR, "form"), 30,
-                 f"no start form at {url}")
+    form = _wait(form_or_new, 30,
+                 f"no start form at {url}: Locust's UI shows neither its form nor a New "
+                 "button (is a test running? stop it in the UI, or restart `lab up`)")
     for name, value in (("userCount", users), ("spawnRate", spawn_rate)):
         field = form.find_element(By.NAME, name)
         field.send_keys(Keys.CONTROL, "a")  # clear() leaves React's value in place

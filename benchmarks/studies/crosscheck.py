@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.analysis import intervals, metrics
+from benchmarks.analysis import metrics, stats
 from benchmarks.capture import kernel, tables
 from benchmarks.run import cli, locust_cli, options, results, runner
 from benchmarks.run.cli import say
@@ -225,8 +225,8 @@ def ratios(rows: list[dict]) -> list[dict]:
         for w in WRKS:
             if mine[0].get(f"{w.column}_ratio") is None:
                 continue
-            iv = intervals.interval(r[f"{w.column}_ratio"] for r in mine)
-            mean = {k: intervals.interval(r.get(k) for r in mine)["mean"] for k in (
+            iv = stats.interval(r[f"{w.column}_ratio"] for r in mine)
+            mean = {k: stats.interval(r.get(k) for r in mine)["mean"] for k in (
                 "locust_server_ms", f"{w.column}_server_ms", "locust_client_cpu",
                 f"{w.column}_client_cpu")}
             out.append({"stage": key, "form": w.name, "rounds": iv["n"],

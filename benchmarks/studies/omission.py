@@ -13,7 +13,8 @@ For each stage: the stage up (as `lab up`), then
    the open model (`ArrivalUser`: requests started on a schedule, each timed from
    its intended start), --repeats times over (repeats outside, levels inside);
 3. under each model at the lowest level, a run with the app's workers stopped
-   (SIGSTOP) for --stall seconds in the middle, then continued (SIGCONT; on every
+   (SIGSTOP) for --stall seconds, 1 s after the load reaches the app (its access
+   log grows), then continued (SIGCONT; on every
    way out, Ctrl-C included). The closed model records about one slow request per
    user; the open model records every request scheduled into the stall.
 
@@ -21,7 +22,9 @@ Only the room's history reads and posts are timed (`/rooms/[id]/messages`, 9 of
 the mix's 11): the sessions' log-ins at the start are not the load.
 
 Writes results/<timestamp>-omission/: `omission.csv` (a row per Locust run:
-p50, p90, p99, p99.9, p99.99, max, requests over 1 s, late starts), a folder per
+p50, p90, p99, p99.9, p99.99 by the lab's one rule (benchmarks/analysis/stats.py;
+the table and the plots show one only where the run had the requests to support
+it), max, requests over 1 s, late starts), a folder per
 run with Locust's files, `omission-summary.csv` (means with 95% intervals over the
 repeats), `hockey_stick.png` and `spectrum.png`, `report.md` (`python -m
 benchmarks.analysis.report FOLDER` rebuilds them) and `study.json` (the options,
@@ -180,7 +183,7 @@ def study_stage(stage, opts: options.RunOptions, args, run_dir: Path, rows: list
             rows.append({"stage": stage.key, "level": level, "repeat": repeat, **row})
             omission.write(run_dir / omission.OMISSION_CSV, omission.COLUMNS, rows)
             say(f"  {omission.level_name(level):>5} {row['model']:<6} {row['rate']:>6.0f}/s "
-                f"-> {row['rps']:>6.0f}/s  p50 {row['p50']} ms  p99 {row['p99']} ms  "
+                f"-> {row['rps']:>6.0f}/s  p50 {omission.ms(row, 50)}  p99 {omission.ms(row, 99)}  "
                 f"over 1 s {row['slow']}" + (f"  late {row['late']}" if row["late"] else "")
                 + (f"\n        UNRELIABLE: {row['unreliable']}" if row["unreliable"] else ""))
 

@@ -95,3 +95,13 @@ def test_lab_starts_without_pandas_or_matplotlib():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_outside_the_venv_a_module_run_names_the_environment_to_activate():
+    """`python -m benchmarks.lab list` with a Python that lacks the lab's packages (-S:
+    no site-packages) exits with one line naming `source .venv/bin/activate`."""
+    got = subprocess.run([sys.executable, "-S", "-m", "benchmarks.lab", "list"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert got.returncode == 1 and got.stdout == ""
+    assert got.stderr.count("\n") == 1 and "source .venv/bin/activate" in got.stderr
+    assert "Traceback" not in got.stderr

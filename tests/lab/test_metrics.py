@@ -7,10 +7,14 @@ how a number is computed shows here first, and the catalogue names every number.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from benchmarks import checks, stages
-from benchmarks.analysis import access_logs, metrics, reference
+from benchmarks.analysis import access_logs, metrics, reference, stats
 from benchmarks.run import results
 
 REFERENCE = stages.ROOT / "notebooks" / "reference-run"
@@ -135,12 +139,45 @@ def test_socketio_sessions_add_up_every_locust_processs_file(tmp_path):
                         "lengths": [19.5, 19.5, 19.5, 0.2]})
     assert metrics.sessions(tmp_path) == {
         "sio_sessions": 10, "sio_sessions_failed": 2, "sio_sessions_completed": 8,
-        "sio_session_p50_ms": 19500, "sio_session_p95_ms": 20000}
+        "sio_session_p50_ms": 20000, "sio_session_p95_ms": 20000}  # Locust's rule: rank 6
+
+
+def locusts_percentiles(histograms: list[dict], fractions: list[float]) -> list[list]:
+    """locust.stats.calculate_response_time_percentile on each histogram, run in a
+    subprocess: importing locust here would monkey-patch this test process (gevent)."""
+    code = ("import json, sys; from locust.stats import calculate_response_time_percentile as p; "
+            "h, f = json.load(sys.stdin); print(json.dumps([[p({int(k): v for k, v in t.items()},"
+            " sum(t.values()), q) for q in f] for t in h]))")
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps([histograms, fractions]),
+                         capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+def test_the_one_percentile_rule_is_locusts_own():
+    """stats.percentile against Locust's function on Locust's histograms: the reference
+    capture's own (every stage's locust.json) and small ones where nearest rank differs
+    (100 requests: p99 is the slowest)."""
+    histograms = [{1: 90, 5: 9, 1500: 1}, {3: 1}, {10: 2, 20: 2}, {7: 5, 130: 3, 1100: 2}]
+    for _, folder in MEASURED:
+        for e in results.read_json(folder / results.LOCUST_JSON):
+            histograms.append({int(float(ms)): n for ms, n in e["response_times"].items()})
+    fractions = [0.5, 0.9, 0.95, 0.99, 0.999, 0.9999]
+    ours = [[stats.percentile(h, q) for q in fractions] for h in histograms if h]
+    assert ours == locusts_percentiles([h for h in histograms if h], fractions)
+    assert ours[0][3] == 1500 and stats.percentile({}, 0.5) is None
+
+
+def test_a_percentile_needs_ten_requests_beyond_it():
+    assert [stats.needed(q) for q in (0.5, 0.95, 0.99, 0.999, 0.9999)] == [
+        20, 200, 1000, 10_000, 100_000]
+    assert stats.too_few(0.99, 1000) is None
+    assert stats.too_few(0.9999, 5809) == "p99.99: too few requests (5,809; needs 100,000)"
+    assert stats.too_few(0.99, 0) == "p99: too few requests (none; needs 1,000)"
 
 
 def test_server_latency_reads_the_time_that_closes_each_line(tmp_path):
     """Nginx's $request_time (after its upstream times) and gunicorn's %(L)s; Socket.IO
-    requests and lines without a time (werkzeug's `-`) left out; nearest rank."""
+    requests and lines without a time (werkzeug's `-`) left out; the lab's one rule."""
     log = tmp_path / "access.log"
     log.write_text(
         "before the measured run\n"

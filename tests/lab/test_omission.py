@@ -21,9 +21,10 @@ from benchmarks.sandbox import hosts
 from benchmarks.studies import omission as study
 
 
-def row(stage, model, level, repeat, p50, p99, slow=0):
+def row(stage, model, level, repeat, p50, p99, slow=0, requests=5000):
     return {"stage": stage, "model": model, "level": level, "rate": 100.0, "repeat": repeat,
-            "rps": 95.0, "p50": p50, "p90": p50 * 2, "p99": p99, "p99_9": p99 * 2,
+            "requests": requests, "rps": 95.0, "p50": p50, "p90": p50 * 2, "p99": p99,
+            "p99_9": p99 * 2,
             "p99_99": p99 * 3, "slow": slow, "late": 0}
 
 
@@ -34,15 +35,23 @@ ROWS += [row("2", "closed", "stall", 1, 10, 2000, slow=9),
          row("2", "open", "stall", 1, 700, 2000, slow=180)]
 
 
-def test_percentiles_are_nearest_rank_and_count_the_slow_requests():
+def test_percentiles_are_the_labs_rule_and_count_the_slow_requests():
+    """Locust's rule (stats.percentile), as the lab's figures: of 100 requests the p99 is
+    the slowest one (nearest rank, the study's old rule, said 5)."""
     times = {1: 90, 5: 9, 1500: 1}  # 100 requests
-    assert omission.percentile(times, 0.5) == 1
-    assert omission.percentile(times, 0.99) == 5
-    assert omission.percentile(times, 0.999) == 1500
-    assert omission.percentile({}, 0.5) is None
     got = omission.figures(times)
-    assert (got["p50"], got["p99"], got["p99_99"], got["max"], got["slow"]) == (1, 5, 1500,
+    assert (got["p50"], got["p99"], got["p99_99"], got["max"], got["slow"]) == (1, 1500, 1500,
                                                                                 1500, 1)
+    assert omission.figures({})["p50"] is None
+
+
+def test_a_percentile_of_too_few_requests_is_marked_not_shown():
+    """p99 needs 1,000 requests (ten beyond it): a run of 812 shows `too few`, in the
+    study's line and its table; p50 of the same run is shown."""
+    few = row("2", "open", "stall", 1, 700, 2000, slow=180, requests=812)
+    assert omission.ms(few, 99) == "too few (812)" and omission.ms(few, 50) == "700 ms"
+    text = omission.table(omission.summarize([few]))
+    assert "| 2 | stall | 100 | open | 95 | 700 | too few (812) | 180 | 1 |" in text
 
 
 def test_the_summary_gives_each_model_its_interval_over_the_repeats():

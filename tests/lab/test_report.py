@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import stages
-from benchmarks.analysis import intervals, metrics, plots, reference, repeats, report
+from benchmarks.analysis import metrics, plots, reference, repeats, report, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results
 
@@ -99,12 +99,64 @@ def test_write_full_run(run_copy):
 
 
 def test_an_interval_is_students_t_over_the_repeats():
-    iv = intervals.interval([1.0, 2.0, None, 3.0])  # None: a repeat without the figure
+    iv = stats.interval([1.0, 2.0, None, 3.0])  # None: a repeat without the figure
     assert (iv["n"], iv["mean"], iv["sd"]) == (3, 2.0, 1.0)
     assert round(iv["high"] - iv["mean"], 3) == round(4.303 / 3 ** 0.5, 3)
-    assert intervals.interval([5.0])["low"] is None and intervals.t95(100) == 1.96
-    assert intervals.significant(iv, intervals.interval([10.0, 11.0, 12.0])) is True
-    assert intervals.significant(iv, intervals.interval([2.5, 3.0, 3.5])) is False
+    assert stats.interval([5.0])["low"] is None
+    # Student's t past any table: wider than the normal 1.96, narrowing towards it
+    assert [round(stats.t95(df), 3) for df in (2, 31, 40, 100)] == [4.303, 2.040, 2.021,
+                                                                     1.984]
+
+
+def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
+    """The pool's step held in all three repeats (2.41, 1.79, 2.12): t = 8.6 with 2
+    degrees of freedom, p about 0.013, where the stages' intervals overlapped."""
+    s = stats.step([2.41, 1.79, 2.12])
+    assert (s["n"], round(s["t"], 1), round(s["p"], 3)) == (3, 8.6, 0.013)
+    assert (round(s["ratio"], 2), round(s["low"], 2), round(s["high"], 2)) == (2.09, 1.44,
+                                                                               3.03)
+    assert stats.verdict(s) == "2.09x [1.44, 3.03], p = 0.013: significant"
+    # a ratio and its inverse weigh the same: no step, however large each move
+    assert round(stats.step([2.0, 0.5, 1.0])["ratio"], 6) == 1.0
+    one = stats.step([2.41])
+    assert one["p"] is None and "one repeat: no test" in stats.verdict(one)
+
+
+def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]]) -> None:
+    """Cut the run to rps's stages and give repeat k of each stage the kth RPS (repeats 2
+    on under repeats/K/, copies of the run's own folders), as --repeats leaves them."""
+    keep_only(run_copy, set(rps))
+    for k in range(1, 1 + len(next(iter(rps.values())))):
+        root = results.repeat_dir(run_copy, k)
+        for key, values in rps.items():
+            folder = results.stage_dir(root, stages.get(key))
+            if k > 1:
+                shutil.copytree(results.stage_dir(run_copy, stages.get(key)), folder)
+            m = results.read_json(folder / results.METRICS_JSON)
+            results.write_json(folder / results.METRICS_JSON, {**m, "rps": values[k - 1]})
+
+
+@pytest.mark.parametrize("pool,verdict", [
+    ((723.0, 590.7, 657.2), "- 1 -> 2: 2.09x [1.44, 3.03], p = 0.013: significant "
+                            "(each repeat 2.41, 1.79, 2.12)"),
+    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant "
+                            "(each repeat 1.10, 0.91, 1.03)"),
+], ids=["agree", "disagree"])
+def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
+    """`lab run --stages 1,2 --repeats 3`: the pool's step with its ratio, interval and
+    p; significant when the three repeats agree in direction, not when they do not."""
+    with_repeats(run_copy, {"1": (300.0, 330.0, 310.0), "2": pool})
+    report.write(run_copy)
+    text = (run_copy / "report.md").read_text()
+    assert verdict in text.splitlines(), text[text.index("Steps, RPS"):]
+    assert "p < 0.05" in text
+
+
+def test_one_repeat_says_its_steps_are_not_tested(run_copy):
+    keep_only(run_copy, {"1", "2"})
+    report.write(run_copy)
+    assert "One repeat: no step between stages is tested" in (
+        run_copy / "report.md").read_text()
 
 
 def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
@@ -133,11 +185,11 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert ("- 0 -> 2 (1.00x): not significant on this box; within each repeat 1.02, 0.95, "
-            "1.03x, 1.00 [" in text)
-    assert ("(in 1 of their 6 runs other processes took over 10% of the server's CPUs"
-            in text)
-    assert "- 2 -> 3 (2.00x): significant; within each repeat 1.97, 2.07, 1.97x, 2.00 [" in text
+    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant (each repeat 1.02, "
+            "0.95, 1.03); in 1 of their 6 runs other processes took over 10% of the "
+            "server's CPUs" in text)
+    assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001: significant (each repeat 1.97, 2.07, "
+            "1.97)" in text)
     assert "| 00-builtin | 3/3 | 300.0 [275.2, 324.8] | " in text and "| 1, 40, 1 |" in text
     assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
     assert text.count("(repeat ") == 1  # the only run past the limit
@@ -286,8 +338,9 @@ def test_a_step_within_each_repeat_is_paired_by_repeat():
     intervals overlap, the step's own ratio does not hold 1."""
     a = {"rps_by_repeat": {1: 200.0, 2: 400.0, 3: 300.0}}
     b = {"rps_by_repeat": {1: 410.0, 2: 790.0, 3: 600.0, 4: 1.0}}  # 4: a missed it
-    ratios, iv = repeats.paired(a, b)
+    ratios, test = repeats.paired(a, b)
     assert [round(r, 3) for r in ratios] == [2.05, 1.975, 2.0]
-    assert iv["n"] == 3 and 1.8 < iv["low"] < 2.0 < iv["high"] < 2.2
-    spread = intervals.interval(a["rps_by_repeat"].values())
-    assert intervals.significant(spread, intervals.interval([410.0, 790.0, 600.0])) is False
+    assert test["n"] == 3 and 1.8 < test["low"] < 2.0 < test["high"] < 2.2
+    assert test["significant"] and test["p"] < 0.01
+    spread, pool = (stats.interval(s["rps_by_repeat"].values()) for s in (a, b))
+    assert spread["high"] > pool["low"], "the stages' own intervals overlap"

@@ -1,0 +1,112 @@
+"""The lab's statistics, in one place: intervals, the step test, the percentile rule.
+
+- **A stage's interval** (`interval`): mean ± t * sd / sqrt(n) over its repeats,
+  Student's t with n - 1 degrees of freedom from scipy.stats (4.30 with 3 repeats:
+  three runs that agree within 5% still give about ±12%). The plots draw these.
+- **A step between two stages** (`step`): the stages ran interleaved, once per
+  repeat, so a drift of the box moves both; the step is judged on the ratio within
+  each repeat. The test is a paired t test on the log ratios (a ratio of 2 and one
+  of 1/2 are the same size of change): the ratio is their geometric mean, its 95%
+  interval exp(mean log ± t * sd / sqrt(n)), and p the two-sided one-sample t test of
+  the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
+- **A percentile** (`percentile`): Locust's own rule, so the lab's figures are the
+  ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+
+# scipy (and numpy under it) is imported where a test is computed: `lab list` imports
+# the report, and starts without them (tests/lab/test_layout.py)
+ALPHA = 0.05  # a step is "significant" when its paired test's p is below this
+ENOUGH = 10  # requests beyond a percentile for it to be shown: p99 needs 1,000
+
+
+def t95(df: int) -> float:
+    """Student's t for a two-sided 95% interval with `df` degrees of freedom."""
+    from scipy import stats as scipy_stats
+    return float(scipy_stats.t.ppf(0.975, df))
+
+
+def interval(values) -> dict:
+    """{n, mean, sd, low, high} of the numbers among `values` (None skipped); sd, low and
+    high are None with fewer than two."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not xs:
+        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
+    mean = statistics.fmean(xs)
+    if len(xs) < 2:
+        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
+    sd = statistics.stdev(xs)
+    half = t95(len(xs) - 1) * sd / math.sqrt(len(xs))
+    return {"n": len(xs), "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
+
+
+def step(ratios: list[float]) -> dict:
+    """The paired test of a step from its ratios within each repeat: {n, ratio (geometric
+    mean), low, high (its 95% interval), t, p, significant}. With one ratio there is no
+    test: low, high, t, p and significant are None."""
+    logs = [math.log(r) for r in ratios if r and r > 0]
+    out = {"n": len(logs), "ratio": None, "low": None, "high": None, "t": None, "p": None,
+           "significant": None}
+    if not logs:
+        return out
+    mean = statistics.fmean(logs)
+    out["ratio"] = math.exp(mean)
+    if len(logs) < 2:
+        return out
+    sd = statistics.stdev(logs)
+    half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
+    if sd == 0:  # every repeat gave the same ratio: no spread to test against
+        t, p = (math.inf, 0.0) if mean else (0.0, 1.0)
+    else:
+        from scipy import stats as scipy_stats
+        result = scipy_stats.ttest_1samp(logs, 0.0)
+        t, p = float(result.statistic), float(result.pvalue)
+    return {**out, "low": math.exp(mean - half), "high": math.exp(mean + half), "t": t,
+            "p": p, "significant": p < ALPHA}
+
+
+def verdict(s: dict) -> str:
+    """`2.09x [1.46, 2.99], p = 0.013: significant`, as the report and the docs say it."""
+    if s["ratio"] is None:
+        return "not measured in a repeat of both"
+    if s["p"] is None:
+        return f"{s['ratio']:.2f}x, one repeat: no test (run --repeats 3)"
+    word = "significant" if s["significant"] else "not significant"
+    p = "p < 0.001" if s["p"] < 0.001 else f"p = {s['p']:.3f}"
+    return f"{s['ratio']:.2f}x [{s['low']:.2f}, {s['high']:.2f}], {p}: {word}"
+
+
+def percentile(counts: Mapping[float, int], fraction: float) -> float | None:
+    """The value `fraction` of the counted values are at or under, from {value: count},
+    by Locust's rule (locust.stats.calculate_response_time_percentile: the value at
+    rank int(n * fraction) + 1); None when nothing was counted. A list of values:
+    `percentile(collections.Counter(values), 0.95)`."""
+    n = sum(counts.values())
+    if not n:
+        return None
+    below, seen = int(n * fraction), 0
+    for value in sorted(counts, reverse=True):
+        seen += counts[value]
+        if n - seen <= below:
+            return value
+    return min(counts)  # not reached: the smallest value always qualifies
+
+
+def needed(fraction: float) -> int:
+    """Requests a run needs for its `fraction` percentile: ENOUGH beyond it."""
+    return round(ENOUGH / (1 - fraction))
+
+
+def too_few(fraction: float, count: int | None) -> str | None:
+    """`p99.99: too few requests (5,809; needs 100,000)`, or None when `count` supports
+    the percentile."""
+    if count is not None and count >= needed(fraction):
+        return None
+    have = "none" if not count else f"{count:,}"
+    return (f"p{100 * fraction:g}: too few requests ({have}; needs "
+            f"{needed(fraction):,})")
