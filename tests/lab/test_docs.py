@@ -97,6 +97,7 @@ RULES = [
     Rule(r"locust .*--(list|help)\b", RUN, "lists the user classes or prints help; no load"),
     Rule(r"(locust|wrk|siege)\b", PARSE, "load"),
     Rule(r"(jupyter|ssh) ", PARSE, "interactive: a notebook server, a tunnel from a laptop"),
+    Rule(r"(gzip|gunzip) ", PARSE, "packs or unpacks an image made before"),
     Rule(r"(docker|podman|limactl|multipass) ", PARSE,
          "the attendee's laptop: a container or a VM (make image-test tries the image here)"),
     Rule(r"mkdir -p results$", PARSE, "the folder a container's results are mounted from"),
