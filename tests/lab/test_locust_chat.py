@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from conftest import gunicorn
 
 from benchmarks.analysis import metrics
 from benchmarks.run import results
+from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -166,3 +168,50 @@ def test_the_scenario_help_lists_its_options():
                  "failure-backoff"):
         assert f"--chat-{name}" in shown.stdout, name
     assert "--spawn-rate" in shown.stdout and "locust -f benchmarks/chat.py" in shown.stdout
+
+
+def hidden(folder: Path, cmd: list[str]) -> list[str]:
+    """`cmd` in a mount namespace of its own with an empty tmpfs over `folder`: it sees
+    none of the files there, as on another machine."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs ftl-hidden "{folder}" && exec "$@"', "sh", *cmd]
+
+
+@pytest.mark.netns  # root: a mount namespace
+def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, users_file,
+                                                               tmp_path):
+    """Distributed mode with each worker blind to the master's folders: the accounts reach
+    them in Locust's messages (they log in, never register) and their sessions reach the
+    master's sessions file, each worker's final count in the sum; no per-worker file."""
+    port = procs.free_port()
+    base = Path(os.path.commonpath([tmp_path, users_file]))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "LOCUST_"))}
+    logs = [tmp_path / f"worker{n}.log" for n in (1, 2)]
+    workers = [procs.start(hidden(base, [str(VENV_BIN / "locust"), "-f", str(LOCUSTFILE),
+                                         "--worker", "--master-port", str(port)]),
+                           log=log, env=clean, cwd=ROOT) for log in logs]
+    try:
+        result, prefix = locust(eventlet_server, tmp_path, [
+            "--master", "--master-bind-port", str(port), "--expect-workers", "2",
+            "--expect-workers-max-wait", "30", "-u", "8", "-r", "8", "-t", "6s",
+            "--chat-socketio-users", "4", "--chat-users-file", str(users_file),
+            "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
+            "ChatUser", "SocketIOChatUser"])
+        for worker in workers:
+            worker.wait(timeout=30)
+    finally:
+        for worker in workers:
+            procs.stop(worker)
+    why = explain(result, prefix)
+    assert result.returncode == 0, why
+    rows = stats(prefix)
+    assert ("POST", "/auth/register") not in rows, "seeded users must log in, not register"
+    assert int(rows[("POST", "/auth/login")]["Request Count"]) >= 8, why
+    said = [log.read_text() for log in logs]
+    own = [json.loads(re.search(r"final figures sent to the master: (.*)", s)[1])["sessions"]
+           for s in said]
+    assert all(o["created"] > 0 for o in own), said  # each worker ran Socket.IO users
+    total = json.loads((tmp_path / results.SESSIONS_JSON).read_text())
+    assert total["created"] == sum(o["created"] for o in own) == 4, (total, own)
+    assert total["completed"] == 4 and len(total["lengths"]) == 4, total
+    assert sorted(p.name for p in tmp_path.glob("sessions*")) == [results.SESSIONS_JSON]
