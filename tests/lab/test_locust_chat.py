@@ -19,7 +19,7 @@ import pytest
 from conftest import gunicorn
 
 from benchmarks.analysis import metrics
-from benchmarks.run import results
+from benchmarks.run import locust_cli, results
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
@@ -170,13 +170,6 @@ def test_the_scenario_help_lists_its_options():
     assert "--spawn-rate" in shown.stdout and "locust -f benchmarks/chat.py" in shown.stdout
 
 
-def hidden(folder: Path, cmd: list[str]) -> list[str]:
-    """`cmd` in a mount namespace of its own with an empty tmpfs over `folder`: it sees
-    none of the files there, as on another machine."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount -t tmpfs ftl-hidden "{folder}" && exec "$@"', "sh", *cmd]
-
-
 @pytest.mark.netns  # root: a mount namespace
 def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, users_file,
                                                                tmp_path):
@@ -187,9 +180,10 @@ def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, 
     base = Path(os.path.commonpath([tmp_path, users_file]))
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "LOCUST_"))}
     logs = [tmp_path / f"worker{n}.log" for n in (1, 2)]
-    workers = [procs.start(hidden(base, [str(VENV_BIN / "locust"), "-f", str(LOCUSTFILE),
-                                         "--worker", "--master-port", str(port)]),
-                           log=log, env=clean, cwd=ROOT) for log in logs]
+    worker = [str(VENV_BIN / "locust"), "-f", str(LOCUSTFILE), "--worker", "--master-port",
+              str(port)]
+    workers = [procs.start(locust_cli.hidden([base], worker), log=log, env=clean, cwd=ROOT)
+               for log in logs]
     try:
         result, prefix = locust(eventlet_server, tmp_path, [
             "--master", "--master-bind-port", str(port), "--expect-workers", "2",
