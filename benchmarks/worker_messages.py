@@ -146,6 +146,16 @@ def on_stop_request(environment, msg) -> None:
     log.info("final figures sent to the master: %s", json.dumps(counts, sort_keys=True))
 
 
+def expect_hello(environment) -> None:
+    """Quit with exit code 1 when the master has not answered in time: it does not run
+    the lab's locustfiles (a bare `locust --master`), or not this module."""
+    if HELLO.wait(timeout=HELLO_WAIT) is None and environment.process_exit_code is None:
+        log.error("no answer from the master in %g s: it does not run the lab's locustfiles "
+                  "(benchmarks/worker_messages.py)", HELLO_WAIT)
+        environment.process_exit_code = 1
+        environment.runner.quit()
+
+
 def accounts(environment, users_file: str) -> list | None:
     """On a worker, the master's seeded accounts (waiting for them); elsewhere None."""
     if not isinstance(environment.runner, WorkerRunner):
@@ -166,7 +176,8 @@ def on_join(environment, msg) -> None:
         log.error("worker %s refused: it runs %s, this master %s", who, describe(theirs),
                   describe(mine))
     else:
-        log.info("worker %s joined: %s", who, describe(theirs))
+        log.info("worker %s joined (%d of %s expected): %s", who, len(environment.runner.clients),
+                 getattr(environment.parsed_options, "expect_workers", "?"), describe(theirs))
     path = getattr(environment.parsed_options, "chat_users_file", "")
     users = read_accounts(path) if path else []
     environment.runner.send_message("ftl_hello", {"versions": mine, "accounts": users},
@@ -211,6 +222,7 @@ def on_init(environment, runner=None, **_kwargs) -> None:
         environment.events.report_to_master.add_listener(
             lambda client_id, data, **_kw: on_report(environment, data))
         runner.send_message("ftl_join", {"versions": versions(), "host": socket.gethostname()})
+        gevent.spawn(expect_hello, environment)
     elif isinstance(runner, MasterRunner):
         runner.register_message("ftl_join", on_join)
 
