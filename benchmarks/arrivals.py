@@ -15,7 +15,8 @@ digits above 100 ms, never sampled), so their percentiles keep the tail.
 Requests that could not start on time are counted, never dropped silently:
 `late` (the scheduler woke over `LATE_S` after the intended start: a busy client)
 and `not_started` (`--arrival-max-in-flight` requests already waiting), written
-to `--arrival-file` when the test stops. The chat mix is ChatUser's, over
+to `--arrival-file` when the test stops (in distributed mode by the master, every
+worker's added up: worker_messages.py). The chat mix is ChatUser's, over
 `SESSIONS` signed-in accounts. Run it with the chat locustfile's settings:
 
     locust -f benchmarks/arrivals.py --headless -u 1 -t 30s --arrival-rate 200 \\
@@ -25,10 +26,8 @@ to `--arrival-file` when the test stops. The chat mix is ChatUser's, over
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import time
-from pathlib import Path
 
 import gevent
 import gevent.pool
@@ -41,6 +40,11 @@ from chat import (  # the chat scenario's sessions, settings and request checks
 )
 from locust import FastHttpUser, constant_throughput, events, task
 from locust.runners import STATE_RUNNING, STATE_SPAWNING
+
+try:
+    from benchmarks import worker_messages
+except ImportError:  # `benchmarks/` on the path, not the repository root
+    import worker_messages
 
 SESSIONS = 20  # signed-in accounts the arrivals take turns with
 LATE_S = 0.010  # a start this much after its intended time counts as late
@@ -102,8 +106,8 @@ class ArrivalUser(FastHttpUser):
 
     def on_start(self):
         users_file = setting(self.environment, "users-file")
-        self.chats = [c for c in (open_chat(self.client, users_file) for _ in range(SESSIONS))
-                      if c is not None]
+        self.chats = [c for c in (open_chat(self.client, users_file, self.environment)
+                                  for _ in range(SESSIONS)) if c is not None]
         self.turn = itertools.cycle(self.chats)
         self.mix = [getattr(self, name) for name in MIX]
 
@@ -170,7 +174,8 @@ class PacedUser(FastHttpUser):
         return constant_throughput(opts.arrival_rate / max(1, opts.num_users))(self)
 
     def on_start(self):
-        self.chat = open_chat(self.client, setting(self.environment, "users-file"))
+        self.chat = open_chat(self.client, setting(self.environment, "users-file"),
+                              self.environment)
         self.mix = [getattr(ArrivalUser, name) for name in MIX]
 
     @task
@@ -183,15 +188,17 @@ class PacedUser(FastHttpUser):
         random.choice(self.mix)(self, self.chat, time.monotonic())
 
 
-@events.test_stop.add_listener
-def write_counts(environment, **_kwargs):
-    path = getattr(environment.parsed_options, "arrival_file", "")
-    if not path or not SCHEDULES:
-        return
-    totals: dict[str, float] = {}
+HIGHEST = ("worst_lateness_ms", "rate")  # the highest of any schedule's, not a sum
+
+
+def counts(environment) -> dict | None:
+    """This process's schedules added up (--arrival-file); None where none ran."""
+    if not SCHEDULES:
+        return None
+    total = {"rate": environment.parsed_options.arrival_rate}
     for schedule in SCHEDULES:
-        for name, value in schedule.counts.items():
-            totals[name] = (max(totals.get(name, 0), value) if name.startswith("worst")
-                            else totals.get(name, 0) + value)
-    totals["rate"] = environment.parsed_options.arrival_rate
-    Path(path).write_text(json.dumps(totals, indent=2) + "\n")
+        total = worker_messages.merge(total, schedule.counts, HIGHEST)
+    return total
+
+
+worker_messages.figures("arrivals", counts, "arrival_file", HIGHEST)

@@ -54,8 +54,8 @@ with them:
   a failed request (default 0.1), as a real client backs off: stage 4's fast
   502s would otherwise keep Locust at 100% of its core.
 - `--chat-sessions-file`: a JSON file for the Socket.IO users' sessions
-  (created, completed, failed, their lengths), written as the test stops; a
-  worker writes `NAME.PID.json` beside it (the lab adds them up).
+  (created, completed, failed, their lengths), written as the test stops; in
+  distributed mode by the master, with every worker's added up (worker_messages.py).
 - `--chat-burst-every`: seconds between bursts (default 0: a steady load). Every
   chat user waits for the next multiple of it on the clock (plus up to
   `BURST_JITTER`), so all of them send together and then leave their
@@ -67,17 +67,14 @@ with them:
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import random
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from locust import FastHttpUser, constant_pacing, events, run_single_user, task
-from locust.runners import WorkerRunner
 
 # isort: split
 # After locust, whose import monkey-patches the standard library for gevent:
@@ -86,14 +83,17 @@ from locust.runners import WorkerRunner
 import socketio
 
 try:
-    from benchmarks import lab_range
+    from benchmarks import lab_range, worker_messages
     from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
     import lab_range
+    import worker_messages
     from chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 
 # a lab address (198.18.0.0/15) only from a lab host: from here it would leave the machine
 lab_range.guard_locust(events)
+# a worker's figures and accounts travel in Locust's messages, never through files
+worker_messages.install(events)
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 
@@ -192,17 +192,16 @@ _seeded: list[dict] | None = None
 _next_seeded = itertools.count()
 
 
-def seeded_users(path: str) -> list[dict]:
-    """The users file's entries (read once), or [] when there is none."""
+def seeded_users(path: str, environment=None) -> list[dict]:
+    """The users file's entries (read once; on a Locust worker, the master's, sent as it
+    joined), or [] when there is none."""
     global _seeded
     if _seeded is None:
-        if not path:
-            _seeded = []
-        else:
-            data = json.loads(Path(path).read_text())
-            _seeded = data["users"] if isinstance(data, dict) else data
-            if not _seeded:
-                raise ValueError(f"--chat-users-file {path} holds no users")
+        sent = worker_messages.accounts(environment, path) if environment else None
+        _seeded = sent if sent is not None else (
+            worker_messages.read_accounts(path) if path else [])
+        if path and not _seeded:
+            raise ValueError(f"--chat-users-file {path} holds no users")
     return _seeded
 
 
@@ -233,13 +232,13 @@ def register(client, prefix: str = "load") -> dict | None:
     return body and {**account, "id": body["id"]}
 
 
-def open_chat(client, users_file: str) -> Chat | None:
+def open_chat(client, users_file: str, environment=None) -> Chat | None:
     """Log in (seeded account or a fresh one), find a friend, find-or-create their room.
 
     Every request is recorded in Locust's stats; on any failure the failure
     is recorded there too and None is returned (the caller tries again later).
     """
-    users = seeded_users(users_file)
+    users = seeded_users(users_file, environment)
     account = users[next(_next_seeded) % len(users)] if users else register(client)
     if not account:
         return None
@@ -330,7 +329,8 @@ class SignedInUser(FastHttpUser):
         """True when a session is open (opening one if needed: a stage may have
         refused the first try, e.g. Nginx's 502s; keep the load going)."""
         if self.chat is None:
-            self.chat = open_chat(self.client, setting(self.environment, "users-file"))
+            self.chat = open_chat(self.client, setting(self.environment, "users-file"),
+                                  self.environment)
         return self.chat is not None
 
 
@@ -544,21 +544,19 @@ class SocketIOChatUser(SignedInUser):
 # The Socket.IO users' sessions, as Artillery reports its virtual users: created, completed
 # (open until their user stopped), failed (refused, or closed under the user), and their
 # lengths (s). Apart from Locust's request stats, whose Aggregated row a session's tens of
-# seconds would swamp: each Locust process writes its own as the test stops.
+# seconds would swamp: a worker reports its own to the master, which writes the sum.
 SESSIONS = {"created": 0, "completed": 0, "failed": 0, "lengths": []}
 FEEDS: list[RoomFeed] = []  # each Socket.IO user's: what it missed live, caught up, lacks
 
 
-@events.test_stop.add_listener
-def write_sessions(environment, **_kwargs):
-    path = setting(environment, "sessions-file")
-    if not path:
-        return
-    if isinstance(environment.runner, WorkerRunner):  # the master writes the named file
-        path = Path(path).with_suffix(f".{os.getpid()}.json")
+def sessions(_environment) -> dict:
+    """This process's sessions and what its users' feeds missed (--chat-sessions-file)."""
     counts = [feed.counts() for feed in FEEDS]
     feeds = {k: sum(c[k] for c in counts) for k in ("missed_live", "caught_up", "missing")}
-    Path(path).write_text(json.dumps({**SESSIONS, **feeds}) + "\n")
+    return {**SESSIONS, **feeds}
+
+
+worker_messages.figures("sessions", sessions, "chat_sessions_file")
 
 
 def transport(environment) -> str:

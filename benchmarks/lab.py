@@ -5,6 +5,8 @@
     python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C, with Locust's web
                                                # UI at http://127.0.0.1:8089 (--ui-port)
     python -m benchmarks.lab exec -- CMD ...   # a command inside the running stage
+    python -m benchmarks.lab worker --master-host HOST   # a Locust worker for a master
+                                               # on another machine (`run`, `up`)
     python -m benchmarks.lab list              # the stages (benchmarks/stages.py)
     python -m benchmarks.lab clean             # what a killed lab left behind
 
@@ -21,13 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from benchmarks import stages
+from benchmarks import lab_range, stages
 from benchmarks.analysis import metrics, report
 from benchmarks.run import cli, environment, locust_cli, options, results, runner, slo
 from benchmarks.run.cli import say
@@ -240,6 +243,42 @@ def cmd_exec(args) -> int:
         raise SystemExit(f"lab: {e}") from e
 
 
+WORKER_FILES = "benchmarks/chat.py,benchmarks/arrivals.py"  # every user class a master runs
+
+
+def cmd_worker(args) -> int:
+    """A Locust worker for the master at --master-host, once it answers; its Locust and
+    locustfiles must be the master's (benchmarks/worker_messages.py checks as it joins)."""
+    address = lab_range.lab_address_from_outside(args.master_host)
+    if address:
+        raise options.OptionsError(
+            f"--master-host {args.master_host}: {address} is a lab address, only on the lab's "
+            "hosts: python -m benchmarks.lab exec --host client2 -- python -m benchmarks.lab "
+            f"worker --master-host {args.master_host}")
+    reach_master(args.master_host, args.master_port, args.connect_timeout)
+    cmd = [procs.tool("locust"), "-f", WORKER_FILES, "--worker", "--master-host",
+           args.master_host, "--master-port", str(args.master_port)]
+    say(f"lab worker: {' '.join(cmd[1:])}")
+    # in the foreground: a Ctrl-C reaches it too, and subprocess.run stops it if it lingers
+    return subprocess.run(cmd, cwd=ROOT, env=procs.child_env()).returncode
+
+
+def reach_master(host: str, port: int, seconds: float) -> None:
+    """Return once a TCP connection to the master's port opens; give up after `seconds`
+    (Locust's own worker would retry for five minutes, saying nothing)."""
+    deadline, why = time.monotonic() + seconds, ""
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            return
+        except OSError as e:
+            why = e.strerror or str(e)
+            time.sleep(1)
+    raise cli.StageFailed(f"cannot reach the master at {host}:{port} in {seconds:g} s "
+                          f"({why}): is its Locust running (lab up, or lab run with --locust-args "
+                          f"'--master ...'), and port {port} open between the machines?")
+
+
 def cmd_list(args) -> int:
     say("sets, for make lab STAGES=NAME (a set of twins runs with the base stages they are "
         "measured against):")
@@ -396,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the host to run it on (default: client, where Locust runs)")
     ex.add_argument("command", nargs=argparse.REMAINDER)
     ex.set_defaults(func=cmd_exec)
+
+    wk = sub.add_parser("worker", help="a Locust worker for a master on another machine")
+    wk.add_argument("--master-host", required=True, help="the master's machine")
+    wk.add_argument("--master-port", type=int, default=5557, help="its Locust port (5557)")
+    wk.add_argument("--connect-timeout", type=float, default=30.0,
+                    help="seconds to wait for the master to answer (default 30)")
+    wk.set_defaults(func=cmd_worker)
 
     sub.add_parser("list", help="list the stages").set_defaults(func=cmd_list)
     sub.add_parser("clean", help="remove what a killed lab left behind").set_defaults(

@@ -60,7 +60,7 @@ class Metric:
 
 _LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
-_LOCUST_SESSION = f"{results.SESSIONS_JSON} (benchmarks/chat.py's SESSIONS; a worker's beside it)"
+_LOCUST_SESSION = f"{results.SESSIONS_JSON} (chat.py's SESSIONS, every worker's added up)"
 _SAMPLER = results.SAMPLER_CSV
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
@@ -237,9 +237,10 @@ def locust_totals(stage_dir: Path) -> dict:
 
 
 def sessions(stage_dir: Path) -> dict:
-    """The Socket.IO sessions' counts and lengths, every Locust process's file added up
-    (chat.py's SESSIONS); None for a stage without them."""
-    found = [results.read_json(p) for p in sorted(stage_dir.glob(results.SESSIONS_GLOB))]
+    """The Socket.IO sessions' counts and lengths (chat.py's SESSIONS, written by the
+    master with every worker's added up); None for a stage without them."""
+    path = stage_dir / results.SESSIONS_JSON
+    found = [results.read_json(path)] if path.exists() else []
     if not found:
         return dict.fromkeys(("sio_sessions", "sio_sessions_failed", "sio_sessions_completed",
                               "sio_session_p50_ms", "sio_session_p95_ms"))

@@ -25,6 +25,7 @@ SOCKETS_TAB = "benchmarks/sockets_tab/plugin.py"  # the Sockets tab, a Locust pl
 SOCKETIO_CLASS = "SocketIOChatUser"
 ARRIVAL_CLASS = "ArrivalUser"  # the open model (benchmarks/arrivals.py)
 ARRIVALS_JSON = "arrivals.json"  # its schedule's counts, in the stage folder
+WORKERS_TXT = "locust-workers.txt"  # the workers' command lines, in the stage folder
 
 
 def locustfiles(user_classes: Iterable[str], sockets_tab: bool = False) -> str:
@@ -56,15 +57,32 @@ def chat_env(settings: dict[str, object]) -> dict[str, str]:
             for name, value in settings.items()}
 
 
+def hidden(folders: Iterable[Path], cmd: list[str]) -> list[str]:
+    """`cmd` in a mount namespace of its own with an empty tmpfs over each of `folders`
+    (those inside another are hidden with it): it sees none of the files there, as a
+    worker on another machine would not (DESIGN.md, "Load from other machines")."""
+    folders = sorted({Path(f).resolve() for f in folders if Path(f).is_dir()})
+    outer = [f for f in folders if not any(o != f and o in f.parents for o in folders)]
+    mounts = "".join(f"mount -t tmpfs ftl-hidden {shlex.quote(str(f))} && " for f in outer)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            mounts + 'exec "$@"', "sh", *cmd]
+
+
 def start_workers(prefixes: dict[str, list[str]], master_host: str | None, log_dir: Path,
                   user_classes) -> dict[str, subprocess.Popen]:
     """A worker on each client host (host -> the argv prefix that runs a command there),
-    connecting to the master at `master_host`; logs `locust-<host>.log`."""
-    started = {}
+    connecting to the master at `master_host`, blind to the results (the project's and
+    the stage folder `log_dir`: everything comes in Locust's messages); logs
+    `locust-<host>.log`, the commands `locust-workers.txt`."""
+    started, shown = {}, []
     for role, prefix in prefixes.items():
-        cmd = command((), ["--worker", "--master-host", master_host], files=user_classes)
-        started[role] = procs.start([*prefix, *cmd], log=log_dir / f"locust-{role}.log",
+        cmd = [*prefix, *hidden((results.RESULTS, log_dir), command(
+            (), ["--worker", "--master-host", master_host], files=user_classes))]
+        shown.append(shlex.join(cmd))
+        started[role] = procs.start(cmd, log=log_dir / f"locust-{role}.log",
                                     env=procs.child_env(), cwd=ROOT)
+    if shown:
+        (log_dir / WORKERS_TXT).write_text("\n".join(shown) + "\n")
     return started
 
 

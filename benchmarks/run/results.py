@@ -24,7 +24,7 @@
                                          logs each request there)
           nginx/access.log               Nginx's access log (stages with a front)
           sessions.json                  the Socket.IO users' sessions: created, completed,
-                                         failed, lengths (a Locust worker's: sessions.PID.json)
+                                         failed, lengths (the master's: every worker's summed)
           count.json                     answered requests the server counted while Locust ran,
                                          and the percentiles of its own request times
           nginx/error.log                Nginx's error log (stages with a front)
@@ -83,7 +83,6 @@ DELIVERY_JSON = "delivery.json"  # benchmarks/run/delivery.py's probe, stages wi
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
 SESSIONS_JSON = "sessions.json"  # the Socket.IO sessions (benchmarks/chat.py, SESSIONS)
-SESSIONS_GLOB = "sessions*.json"  # ... and a Locust worker's, sessions.PID.json
 SNAPSHOTS = "snapshots"  # snapshots/<host>/ss-tanp.txt ...: each host's own socket table
 METRICS_JSON = "metrics.json"
 SOCKETS_JSON = "sockets.json"  # the Sockets tab's layout (benchmarks/sockets_tab/stats.py)

@@ -10,15 +10,19 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import gunicorn
 
 from benchmarks.analysis import metrics
-from benchmarks.run import results
+from benchmarks.run import locust_cli, results
+from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
 VENV_BIN = Path(sys.executable).parent
@@ -166,3 +170,115 @@ def test_the_scenario_help_lists_its_options():
                  "failure-backoff"):
         assert f"--chat-{name}" in shown.stdout, name
     assert "--spawn-rate" in shown.stdout and "locust -f benchmarks/chat.py" in shown.stdout
+
+
+@pytest.mark.netns  # root: a mount namespace
+def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, users_file,
+                                                               tmp_path):
+    """Distributed mode with each worker blind to the master's folders: the accounts reach
+    them in Locust's messages (they log in, never register) and their sessions reach the
+    master's sessions file, each worker's final count in the sum; no per-worker file."""
+    port = procs.free_port()
+    base = Path(os.path.commonpath([tmp_path, users_file]))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CHAT_", "LOCUST_"))}
+    logs = [tmp_path / f"worker{n}.log" for n in (1, 2)]
+    worker = [str(VENV_BIN / "locust"), "-f", str(LOCUSTFILE), "--worker", "--master-port",
+              str(port)]
+    workers = [procs.start(locust_cli.hidden([base], worker), log=log, env=clean, cwd=ROOT)
+               for log in logs]
+    try:
+        result, prefix = locust(eventlet_server, tmp_path, [
+            "--master", "--master-bind-port", str(port), "--expect-workers", "2",
+            "--expect-workers-max-wait", "30", "-u", "8", "-r", "8", "-t", "6s",
+            "--chat-socketio-users", "4", "--chat-users-file", str(users_file),
+            "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
+            "ChatUser", "SocketIOChatUser"])
+        for worker in workers:
+            worker.wait(timeout=30)
+    finally:
+        for worker in workers:
+            procs.stop(worker)
+    why = explain(result, prefix)
+    assert result.returncode == 0, why
+    rows = stats(prefix)
+    assert ("POST", "/auth/register") not in rows, "seeded users must log in, not register"
+    assert int(rows[("POST", "/auth/login")]["Request Count"]) >= 8, why
+    said = [log.read_text() for log in logs]
+    own = [json.loads(re.search(r"final figures sent to the master: (.*)", s)[1])["sessions"]
+           for s in said]
+    assert all(o["created"] > 0 for o in own), said  # each worker ran Socket.IO users
+    total = json.loads((tmp_path / results.SESSIONS_JSON).read_text())
+    assert total["created"] == sum(o["created"] for o in own) == 4, (total, own)
+    assert total["completed"] == 4 and len(total["lengths"]) == 4, total
+    assert sorted(p.name for p in tmp_path.glob("sessions*")) == [results.SESSIONS_JSON]
+
+
+def copy_of_the_lab(folder: Path, edit: str = "") -> Path:
+    """The lab's code in another folder, as on another machine (its venv is this one);
+    `edit` appended to its chat.py makes it another version."""
+    shutil.copytree(ROOT / "benchmarks", folder / "benchmarks",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(folder / "benchmarks" / "chat.py", "a") as f:
+        f.write(edit)
+    return folder
+
+
+def lab_worker(folder: Path, port: int, log: Path, *more: str):
+    return procs.start([str(VENV_BIN / "python"), "-m", "benchmarks.lab", "worker",
+                        "--master-host", "127.0.0.1", "--master-port", str(port), *more],
+                       log=log, env=dict(os.environ), cwd=folder)
+
+
+def test_lab_worker_from_another_folder_joins_and_its_counts_reach_the_master(
+        eventlet_server, users_file, tmp_path):
+    """`lab worker --master-host` from a copy in another folder: the master says it joined,
+    its sessions reach the master's file."""
+    port = procs.free_port()
+    worker = lab_worker(copy_of_the_lab(tmp_path / "copy"), port, tmp_path / "worker.log")
+    try:
+        result, prefix = locust(eventlet_server, tmp_path, [
+            "--master", "--master-bind-port", str(port), "--expect-workers", "1",
+            "--expect-workers-max-wait", "30", "-u", "3", "-r", "3", "-t", "4s",
+            "--chat-socketio-users", "2", "--chat-users-file", str(users_file),
+            "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
+            "ChatUser", "SocketIOChatUser"])
+        worker.wait(timeout=30)
+    finally:
+        procs.stop(worker)
+    said = (tmp_path / "worker.log").read_text()
+    assert result.returncode == 0 and worker.returncode == 0, explain(result, prefix) + said
+    assert re.search(r"worker \S+ \(\S+\) joined \(1 of 1 expected\)", result.stderr)
+    own = json.loads(re.search(r"final figures sent to the master: (.*)", said)[1])
+    total = json.loads((tmp_path / results.SESSIONS_JSON).read_text())
+    assert total["created"] == own["sessions"]["created"] == 2, (total, own)
+
+
+def test_a_worker_of_another_version_is_refused_and_the_master_gives_up(tmp_path):
+    port = procs.free_port()
+    worker = lab_worker(copy_of_the_lab(tmp_path / "copy", "# another version\n"), port,
+                        tmp_path / "worker.log")
+    try:
+        result, _ = locust("http://127.0.0.1:9", tmp_path, [
+            "--master", "--master-bind-port", str(port), "--expect-workers", "1",
+            "--expect-workers-max-wait", "8", "-u", "1", "-t", "2s", "ChatUser"])
+        worker.wait(timeout=30)
+    finally:
+        procs.stop(worker)
+    said = (tmp_path / "worker.log").read_text()
+    assert worker.returncode != 0 and result.returncode != 0, said + result.stderr
+    line = re.search(r"this worker runs Locust \S+, locustfiles (\w+), its master Locust \S+, "
+                     r"locustfiles (\w+)", said)
+    assert line and line[1] != line[2], said  # both versions named, one line
+    assert re.search(rf"worker \S+ \(\S+\) refused: it runs Locust \S+, locustfiles {line[1]}, "
+                     rf"this master Locust \S+, locustfiles {line[2]}", result.stderr)
+    assert "Gave up waiting for workers" in result.stderr
+
+
+def test_a_worker_that_cannot_reach_its_master_says_so_in_bounded_time(tmp_path):
+    started = time.monotonic()
+    worker = lab_worker(ROOT, procs.free_port(), tmp_path / "worker.log",
+                        "--connect-timeout", "2")
+    worker.wait(timeout=30)
+    said = (tmp_path / "worker.log").read_text()
+    assert worker.returncode == 1 and time.monotonic() - started < 15, said
+    assert "cannot reach the master at 127.0.0.1:" in said and len(said.splitlines()) == 1

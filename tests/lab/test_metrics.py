@@ -129,12 +129,14 @@ def test_a_socketio_400_counts_only_for_a_session_the_host_never_held(tmp_path):
     assert access_logs.count_socketio_400(log, log.stat().st_size) == 0
 
 
-def test_socketio_sessions_add_up_every_locust_processs_file(tmp_path):
+def test_socketio_sessions_are_the_masters_file_alone(tmp_path):
+    """The master writes every worker's sessions added up (benchmarks/worker_messages.py);
+    a file beside it (an older run's worker's) is not counted again."""
     assert metrics.sessions(tmp_path)["sio_sessions"] is None  # no Socket.IO users
     results.write_json(tmp_path / results.SESSIONS_JSON,  # the master's (or the only one)
-                       {"created": 6, "completed": 5, "failed": 1,
-                        "lengths": [20.0, 20.0, 20.0, 20.0, 20.0, 0.15]})
-    results.write_json(tmp_path / "sessions.4242.json",  # a worker's
+                       {"created": 10, "completed": 8, "failed": 2,
+                        "lengths": [20.0, 20.0, 20.0, 20.0, 20.0, 0.15, 19.5, 19.5, 19.5, 0.2]})
+    results.write_json(tmp_path / "sessions.4242.json",  # an older run's worker's
                        {"created": 4, "completed": 3, "failed": 1,
                         "lengths": [19.5, 19.5, 19.5, 0.2]})
     assert metrics.sessions(tmp_path) == {

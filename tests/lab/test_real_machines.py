@@ -39,7 +39,7 @@ def readme_commands() -> tuple[str, str]:
         if lang == "bash" and any("--master-host THIS_BOX" in line for line in lines):
             texts = [c.text for c in block_commands(readme, n, lines)]
             master = [t for t in texts if "--target" in t and "--master" in t]
-            worker = [t for t in texts if "--worker" in t]
+            worker = [t for t in texts if "lab worker --master-host" in t]
             assert len(master) == len(worker) == 1, texts
             return master[0], worker[0]
     pytest.fail("docs/your-stack.md has no ```bash block with `--master-host THIS_BOX`")
