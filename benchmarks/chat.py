@@ -549,6 +549,13 @@ SESSIONS = {"created": 0, "completed": 0, "failed": 0, "lengths": []}
 FEEDS: list[RoomFeed] = []  # each Socket.IO user's: what it missed live, caught up, lacks
 
 
+@events.test_start.add_listener
+def reset_sessions(**_kwargs):
+    """A new test counts from zero: `lab up`'s Locust runs one test after another."""
+    SESSIONS.update(created=0, completed=0, failed=0, lengths=[])
+    FEEDS.clear()
+
+
 def sessions(_environment) -> dict:
     """This process's sessions and what its users' feeds missed (--chat-sessions-file)."""
     counts = [feed.counts() for feed in FEEDS]

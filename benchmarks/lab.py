@@ -204,7 +204,7 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
     if len(box.clients) > 1:
         lines.append(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
                      f"one more by hand, as on another machine: python -m benchmarks.lab exec "
-                     f"--host {box.clients[-1]} -- locust -f {stages.LOCUSTFILE} --worker "
+                     f"--host {box.clients[-1]} -- python -m benchmarks.lab worker "
                      f"--master-host {box.address('client')}")
     lines.append(f"  sampler: {results.rel(sampler)}")
     others = [r for r in box.roles if r != "client"]

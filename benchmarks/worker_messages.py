@@ -176,8 +176,12 @@ def on_join(environment, msg) -> None:
         log.error("worker %s refused: it runs %s, this master %s", who, describe(theirs),
                   describe(mine))
     else:
-        log.info("worker %s joined (%d of %s expected): %s", who, len(environment.runner.clients),
-                 getattr(environment.parsed_options, "expect_workers", "?"), describe(theirs))
+        options = environment.parsed_options
+        # --expect-workers counts only for a headless master (lab up's waits for none)
+        expected = f" of {options.expect_workers} expected" if getattr(
+            options, "headless", False) else " connected"
+        log.info("worker %s joined (%d%s): %s", who, len(environment.runner.clients),
+                 expected, describe(theirs))
     path = getattr(environment.parsed_options, "chat_users_file", "")
     users = read_accounts(path) if path else []
     environment.runner.send_message("ftl_hello", {"versions": mine, "accounts": users},

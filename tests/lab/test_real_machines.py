@@ -99,7 +99,7 @@ def test_readme_real_machine_commands_against_lab_up(tmp_path):
         seen = read_until(up, "Ctrl-C stops it", 120)
         assert "host client2 198.18.0.11" in seen, seen
         assert ("one more by hand, as on another machine: python -m benchmarks.lab exec "
-                "--host client2 -- locust -f benchmarks/chat.py --worker --master-host "
+                "--host client2 -- python -m benchmarks.lab worker --master-host "
                 "198.18.0.10") in seen, seen
         ui = re.search(r"web UI \(Sockets tab\): (http://127\.0\.0\.1:\d+)", seen)[1]
         assert ui_stats(ui)["worker_count"] == 2  # the UI's master, a worker per host
