@@ -5,10 +5,10 @@ shown the way an attendee saw it live: Locust's web UI, on a free port of the
 machine's 127.0.0.1, with benchmarks/sockets_tab/plugin.py reading the stage's
 `sampler.csv` (`--sockets-finished`: the TIME_WAIT-per-request column is the
 stage's own figure from `metrics.json`). A swarm of 0 users is started so the
-UI shows its tabs, and stopped at once; it sends nothing (the header names the
-stage's entry point, whose servers are gone by then), and its RPS and
-Failures are set to the stage's own, from `metrics.json` (the viewer's own
-are 0). Headless
+UI shows its tabs, and stopped at once; it sends nothing (its host is the
+discard port on loopback; the header is given the stage's entry point, whose
+servers are gone by then), and its RPS and Failures are set to the stage's
+own, from `metrics.json` (the viewer's own are 0). Headless
 Chromium (benchmarks/sockets_tab/headless.py) opens the tab and saves
 `<stage folder>/sockets-tab.png`; then both stop.
 
@@ -32,11 +32,12 @@ NOWHERE = "http://127.0.0.1:9"  # the discard port: a 0-user swarm never sends t
 START_TIMEOUT = 60.0
 
 
-def viewer_command(stage: Stage, stage_dir: Path, port: int, url: str = NOWHERE) -> list[str]:
-    """Locust's web UI over a finished stage's capture, a 0-user swarm started. `url`:
-    the stage's entry, for the header (its servers are gone; 0 users send nothing)."""
+def viewer_command(stage: Stage, stage_dir: Path, port: int) -> list[str]:
+    """Locust's web UI over a finished stage's capture, a 0-user swarm started. Its host
+    is NOWHERE: it runs on the machine's own network, where the locustfiles refuse a lab
+    address; the header is given the stage's entry instead (save)."""
     return locust_cli.command(stage.users, [
-        "--web-host", "127.0.0.1", "--web-port", str(port), "--host", url,
+        "--web-host", "127.0.0.1", "--web-port", str(port), "--host", NOWHERE,
         "--autostart", "-u", "0", "-r", "1",
         "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished"],
         sockets_tab=True)
@@ -62,7 +63,7 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
     headless.find_browser()
     port = procs.free_port()
     log = stage_dir / results.SOCKETS_SHOT_LOG
-    viewer = procs.start(viewer_command(stage, stage_dir, port, url), log=log,
+    viewer = procs.start(viewer_command(stage, stage_dir, port), log=log,
                          env=procs.child_env(), cwd=ROOT)
     out = stage_dir / results.SOCKETS_SCREENSHOT
     try:
@@ -76,7 +77,7 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
             headless.wait_for_status(driver, "STOPPED")
             headless.open_sockets_tab(driver)
             headless.wait_for_table(driver)
-            headless.show_in_header(driver, header_figures(stage_dir))
+            headless.show_in_header(driver, {**header_figures(stage_dir), "Host": url})
             driver.save_screenshot(str(out))
     except TimeoutError as e:
         raise StageFailed(f"the Sockets tab did not show: {e}; see {log}") from e
