@@ -1,8 +1,8 @@
 #!/bin/sh
 # Makes the image's base with no container registry: Debian 12 (minbase) by
 # debootstrap from Debian's own mirror, imported into podman as `debian:12`
-# (stored as localhost/debian:12). `make image-test` builds FROM it with
-# --pull=never, so nothing is ever pulled from a registry here.
+# (stored as localhost/debian:12) with the PATH and CMD of Docker's debian:12.
+# `make image-test` builds FROM it with --pull=never: nothing is pulled from a registry.
 #   sh setup/debian-base.sh           # make it unless podman already has it
 #   sh setup/debian-base.sh --force   # make it again
 set -eu
@@ -68,7 +68,9 @@ make_base() {
     copy_apt_config "$work/root"
     slim "$work/root"
     tar -C "$work/root" --numeric-owner -c . |
-        podman import --change 'CMD ["/bin/bash"]' - "$NAME" >/dev/null
+        podman import --change 'CMD ["/bin/bash"]' \
+            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            - "$NAME" >/dev/null
     say "imported as $NAME ($(podman image inspect --format '{{.Size}}' "$NAME") bytes)"
 }
 
