@@ -148,7 +148,8 @@ def cmd_up(args) -> int:
                               client_hosts=args.client_hosts)
     state = results.up_state(opts.results)
     runner.refuse_if_up(opts.results)
-    listener = web_ui.claim_port(args.ui_port)  # before anything starts
+    listener = web_ui.claim_port(args.ui_port, args.ui_address)  # before anything starts
+    ui_address, ui_port = listener.getsockname()[:2]   # (host mode hands it to Locust)
     with runner.running_stage(stage, opts) as (box, stack, users_file), \
             web_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
         results.write_json(state, {
@@ -160,7 +161,7 @@ def cmd_up(args) -> int:
                              "port": box.port(role) if role not in box.clients else None}
                       for role in box.roles}})
         try:
-            say_up(stage, box, stack, ui_url, listener.getsockname()[1])
+            say_up(stage, box, stack, ui_url, ui_port, ui_address)
             say("  Ctrl-C stops it")
             while True:
                 time.sleep(3600)
@@ -170,15 +171,15 @@ def cmd_up(args) -> int:
 
 
 def say_up(stage: stages.Stage, box: sandbox.Sandbox, stack: runner.Stack, ui_url: str,
-           ui_port: int) -> None:
+           ui_port: int, ui_address: str) -> None:
     """`lab up`'s banner, said."""
     for line in up_banner(stage, box, stack.url, stack.dir / results.SAMPLER_CSV, ui_url,
-                          ui_port):
+                          ui_port, ui_address):
         say(line)
 
 
 def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path,
-              ui_url: str, ui_port: int) -> list[str]:
+              ui_url: str, ui_port: int, ui_address: str = "127.0.0.1") -> list[str]:
     """`lab up`'s banner: the hosts, where the UI is, what to type next (the labs quote
     it; tests/lab/test_doc_outputs.py renders it for each)."""
     lines = [f"note: {note}" for note in box.notes]
@@ -190,8 +191,13 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
         lines.append(f"  host {role:<{width}} {where:<18} "
                      f"{box.namespace(role) or 'the machine'}, CPUs {cpus}")
     # the port is the one chosen, with --ui-port 0
-    lines.append(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
-                 f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
+    if ui_address == "127.0.0.1":
+        lines.append(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
+                     f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
+    else:  # a container's port mapping or a VM's forwarded port reaches it
+        lines.append(f"  Locust's web UI (Sockets tab): {ui_url}, listening on "
+                     f"{ui_address}:{ui_port}  (from the laptop that runs this container "
+                     f"or VM, through its port mapping: http://localhost:{ui_port})")
     if len(box.clients) > 1:
         lines.append(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
                      f"one more by hand, as on another machine: python -m benchmarks.lab exec "
@@ -373,7 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C")
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
     up.add_argument("--ui-port", type=int, default=web_ui.UI_PORT,
-                    help="the machine's 127.0.0.1 port for Locust's web UI (default 8089)")
+                    help="the machine's port for Locust's web UI (default 8089)")
+    up.add_argument("--ui-address", default=web_ui.default_ui_address(),
+                    help="where the web UI listens: 127.0.0.1, this machine only (the "
+                         "default), or 0.0.0.0, every interface, for a container's port "
+                         f"mapping or a VM's forwarded port (the image's default, from "
+                         f"${web_ui.UI_ADDRESS_ENV})")
     add_host_counts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)

@@ -66,7 +66,10 @@ def resolve_sandbox(requested: str) -> str:
                                    "Use --sandbox host, or run as root with iproute2.")
     if requested == "auto":
         if not ok:
-            say(f"note: no network namespaces ({why}); running on the host.")
+            say(f"note: host mode, since there are no network namespaces ({why}): every "
+                "role runs on this machine's 127.0.0.1, in one socket table, so the host "
+                "by host figures the labs quote will differ; run as root for a host per "
+                "role (sudo make lab).")
             say(f"note: {sandbox.loopback_note()}")
         return "netns" if ok else "host"
     return requested

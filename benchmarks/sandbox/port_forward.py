@@ -1,4 +1,4 @@
-"""A TCP forward from the machine's 127.0.0.1:PORT into a lab host.
+"""A TCP forward from the machine's 127.0.0.1:PORT (or another address) into a lab host.
 
 Locust's web UI runs on the client host (a network namespace), where the
 machine's browser cannot reach it. `Forward` listens on the machine and, for
@@ -85,14 +85,15 @@ class Forward:
             self.open.clear()
 
 
-def listen(port: int) -> socket.socket:
-    """A listening socket on the machine's 127.0.0.1:port, or PortTaken that says so."""
+def listen(port: int, address: str = "127.0.0.1") -> socket.socket:
+    """A listening socket on the machine's address:port (127.0.0.1, or 0.0.0.0 for a
+    container's port mapping), or PortTaken that says so."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        s.bind(("127.0.0.1", port))
+        s.bind((address, port))
     except OSError as e:
         s.close()
-        raise PortTaken(f"port {port} on 127.0.0.1 is taken ({e.strerror})") from e
+        raise PortTaken(f"port {port} on {address} is taken ({e.strerror})") from e
     s.listen(64)
     return s

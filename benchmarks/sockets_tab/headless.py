@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -32,7 +33,7 @@ TAB_KEY = "sockets"
 
 
 class BrowserMissing(RuntimeError):
-    pass
+    """No browser here that can start: said once, and the run goes on without pictures."""
 
 
 def find_browser() -> tuple[str, str]:
@@ -46,6 +47,12 @@ def find_browser() -> tuple[str, str]:
     if not (chromium and driver):
         missing = [n for n, p in (("chromium", chromium), ("chromedriver", driver)) if not p]
         raise BrowserMissing(f"{' and '.join(missing)} not found. Install: {INSTALL}")
+    try:  # selenium reaches its chromedriver at `localhost`: a bare image may not name it
+        socket.getaddrinfo("localhost", None)
+    except OSError as e:
+        raise BrowserMissing("`localhost` does not resolve here (no line for it in /etc/hosts, "
+                             "as in a bare image), so chromedriver cannot be reached: add "
+                             "`127.0.0.1 localhost` to /etc/hosts") from e
     return chromium, driver
 
 
@@ -53,6 +60,7 @@ def find_browser() -> tuple[str, str]:
 def chromium():
     """A headless Chromium with a fresh profile, quit (and its profile removed) after."""
     from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.chrome.service import Service
 
     binary, driver_path = find_browser()
@@ -61,7 +69,11 @@ def chromium():
         opts.binary_location = binary
         for arg in (*CHROMIUM_ARGS, f"--user-data-dir={profile}"):
             opts.add_argument(arg)
-        driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+        try:
+            driver = webdriver.Chrome(service=Service(executable_path=driver_path),
+                                      options=opts)
+        except WebDriverException as e:
+            raise BrowserMissing(f"the browser did not start: {e.msg}") from e
         try:
             yield driver
         finally:

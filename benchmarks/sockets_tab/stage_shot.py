@@ -101,3 +101,6 @@ def screenshot(stage: Stage, stage_dir: Path, url: str) -> None:
         say(f"  no screenshots of the Sockets tab: {e}")
     except StageFailed as e:
         say(f"  WARNING: no screenshot of the Sockets tab: {e}")
+    except Exception as e:  # the browser's own errors: a picture never ends the run
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        say(f"  WARNING: no screenshot of the Sockets tab: {type(e).__name__}: {first}")

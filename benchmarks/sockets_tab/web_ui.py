@@ -10,7 +10,7 @@ starts, in order:
                     master, and a worker on each client host
   the sampler       until the stage stops (no --duration): results/up/<stage>/
                     sampler.csv, the stage's classes, Redis/app/Nginx/Locust CPU
-  a forward         from the machine's 127.0.0.1:--ui-port into the client host
+  a forward         from the machine's 127.0.0.1:--ui-port (--ui-address) into the client host
                     (benchmarks/sandbox/port_forward.py), so a browser on the machine, or
                     on a laptop through `ssh -L`, reaches the UI
 
@@ -20,6 +20,8 @@ The UI port is claimed (`claim_port`) before the stage starts anything.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import signal
 import socket
 import time
@@ -35,25 +37,46 @@ from benchmarks.stages import ROOT, Stage
 
 UI_PORT = 8089  # Locust's own default
 LOCUST_START_TIMEOUT = 60.0
+# Where the UI listens, unless --ui-address says: the image sets 0.0.0.0, since a
+# container's port mapping (docker run -p 8089:8089) reaches its own interface, never
+# its 127.0.0.1; so does the VM recipe, whose forwarded port does the same.
+UI_ADDRESS_ENV = "FTL_UI_ADDRESS"
 
 
-def claim_port(port: int) -> socket.socket:
-    """The machine's 127.0.0.1:port, held until the forward uses it; a clear error if
+def default_ui_address() -> str:
+    return os.environ.get(UI_ADDRESS_ENV) or "127.0.0.1"
+
+
+def claim_port(port: int, address: str = "127.0.0.1") -> socket.socket:
+    """The machine's address:port, held until the forward uses it; a clear error if
     it is taken, with a free port to pass instead."""
     try:
-        return port_forward.listen(port)
+        ipaddress.IPv4Address(address)
+    except ValueError:
+        raise OptionsError(f"--ui-address {address!r}: an IPv4 address of this machine, "
+                           "e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface: "
+                           "a container's port mapping, a VM's forwarded port)") from None
+    try:
+        return port_forward.listen(port, address)
     except port_forward.PortTaken as e:
         raise OptionsError(f"{e}: something else listens there (another `lab up`, or a "
                            f"Locust). Pass another port: --ui-port {procs.free_port()}") from e
 
 
+def local_url(listener: socket.socket) -> str:
+    """The UI's URL on this machine (0.0.0.0 is reached at 127.0.0.1 too)."""
+    address, port = listener.getsockname()[:2]
+    return f"http://{'127.0.0.1' if address == '0.0.0.0' else address}:{port}"
+
+
 def locust_command(stage: Stage, url: str, users_file: Path, sampler_csv: Path,
-                   web_port: int, master: bool = False) -> list[str]:
+                   web_port: int, master: bool = False, web_host: str = "127.0.0.1"
+                   ) -> list[str]:
     """The UI's Locust: with several client hosts, Locust's master (its workers send
     the load; the UI shows them on its Workers tab)."""
     chat = locust_cli.chat_options(stage.chat_settings)
     return locust_cli.command(stage.users, [
-        "--class-picker", "--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", url,
+        "--class-picker", "--web-host", web_host, "--web-port", str(web_port), "--host", url,
         "--chat-users-file", str(users_file), "--sockets-csv", str(sampler_csv), *chat,
         *(["--master"] if master else [])], sockets_tab=True)
 
@@ -76,10 +99,12 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
     sampler_csv = stage_dir / results.SAMPLER_CSV
     results.write_json(stage_dir / results.SOCKETS_JSON, runner.sockets_layout(stage, box))
     netns = box.namespace("client")
-    ui_port = listener.getsockname()[1]
-    # in a namespace Locust has the client host's port 8089 to itself; on the
-    # machine (host mode) it takes the UI port, freed just before
+    address, ui_port = listener.getsockname()[:2]
+    ui_url = local_url(listener)
+    # in a namespace Locust has the client host's loopback port 8089 to itself; on
+    # the machine (host mode) it takes the UI's address and port, freed just before
     web_port = UI_PORT if netns else ui_port
+    web_host = "127.0.0.1" if netns else address
     if not netns:
         listener.close()
     started: list = []
@@ -87,7 +112,8 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
     try:
         several = len(box.clients) > 1
         locust = procs.start([*box.prefix("client"), *locust_command(
-            stage, stack.url, users_file, sampler_csv, web_port, master=several)],
+            stage, stack.url, users_file, sampler_csv, web_port, master=several,
+            web_host=web_host)],
             log=stage_dir / results.LOCUST_UI_LOG, env=procs.child_env(), cwd=ROOT)
         started.append(locust)
         workers = locust_cli.start_workers(
@@ -97,7 +123,8 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
         if workers:
             wait_for_workers(stage_dir / results.LOCUST_UI_LOG, len(workers), locust)
         try:
-            procs.wait_for_port(web_port, host="127.0.0.1", proc=locust, netns=netns,
+            procs.wait_for_port(web_port, host="127.0.0.1" if address == "0.0.0.0" else web_host,
+                                proc=locust, netns=netns,
                                 timeout=LOCUST_START_TIMEOUT)
         except procs.ServiceError as e:
             log = (stage_dir / results.LOCUST_UI_LOG).read_text(errors="replace")[-2000:]
@@ -109,7 +136,7 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
             log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT))
         if netns:
             forward = port_forward.Forward(listener, netns, ("127.0.0.1", web_port)).start()
-        yield f"http://127.0.0.1:{ui_port}"
+        yield ui_url
     finally:
         with sandbox.uninterrupted():
             if forward:

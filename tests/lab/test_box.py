@@ -1,0 +1,170 @@
+"""A box as attendees bring it: an image or a VM, a bare system, a user without root.
+
+Clear words instead of tracebacks: a screenshot that cannot be taken is a warning
+and the run goes on; the web UI reachable through a container's port mapping
+(`--ui-address`, `$FTL_UI_ADDRESS`); a system without apt-get whose tools are all
+there goes on with `make setup`. The image itself is tried by `make image-test`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ctrl_c, read_until
+from test_lab import ROOT, leftovers
+
+
+def test_a_screenshot_that_cannot_be_taken_is_a_warning_and_the_run_goes_on(tmp_path):
+    """A bare image's /etc/hosts has no `localhost`, and chromedriver cannot be reached
+    without it: here that /etc/hosts, in a mount namespace of the test's own."""
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text("127.0.0.2 not-localhost\n")
+    script = ("from pathlib import Path; from benchmarks import stages; "
+              "from benchmarks.sockets_tab import stage_shot; "
+              f"stage_shot.screenshot(stages.get('0'), Path({str(tmp_path)!r}), "
+              "'http://127.0.0.1:9'); "
+              f"stage_shot.screenshot(stages.get('2'), Path({str(tmp_path)!r}), "
+              "'http://127.0.0.1:9'); print('the run goes on')")
+    ran = subprocess.run(["unshare", "--mount", "sh", "-c",
+                          'mount --bind "$0" /etc/hosts && exec "$1" -c "$2"',
+                          str(hosts_file), sys.executable, script],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    if ran.returncode != 0 and "unshare" in ran.stderr:
+        pytest.skip(f"cannot make a mount namespace here: {ran.stderr.strip()}")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines == ["  no screenshots of the Sockets tab: `localhost` does not resolve here "
+                     "(no line for it in /etc/hosts, as in a bare image), so chromedriver "
+                     "cannot be reached: add `127.0.0.1 localhost` to /etc/hosts",
+                     "the run goes on"], ran.stdout   # said once, for the first stage
+    assert not (tmp_path / "sockets-tab.png").exists()
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_image_default_serves_the_ui_on_every_interface(tmp_path):
+    """$FTL_UI_ADDRESS=0.0.0.0 (the Containerfile's): the lab's UI listens where a port
+    mapping reaches it, and says so; the test reaches it on loopback only."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", "up", "0", "--results",
+                             str(tmp_path / "results"), "--ui-port", "0"], cwd=ROOT,
+                            env={**os.environ, "FTL_UI_ADDRESS": "0.0.0.0"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen = read_until(proc, "Locust's web UI")
+        line = next((ln for ln in seen.splitlines() if "Locust's web UI" in ln), seen)
+        listening = [c.laddr for c in psutil.Process(proc.pid).net_connections("tcp4")
+                     if c.status == psutil.CONN_LISTEN]
+        assert len(listening) == 1 and listening[0].ip == "0.0.0.0", (listening, seen)
+        port = listening[0].port
+        assert line.strip() == (
+            f"Locust's web UI (Sockets tab): http://127.0.0.1:{port}, listening on "
+            f"0.0.0.0:{port}  (from the laptop that runs this container or VM, through its "
+            f"port mapping: http://localhost:{port})"), line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+            assert page.status == 200 and b"Locust" in page.read()
+    finally:
+        rest = ctrl_c(proc)
+    assert proc.returncode == 130, rest
+    assert leftovers(proc.pid) == []
+
+
+def test_a_bad_ui_address_is_refused_before_anything_starts(tmp_path):
+    ran = subprocess.run([sys.executable, "-m", "benchmarks.lab", "up", "0", "--ui-address",
+                          "everywhere", "--results", str(tmp_path)], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "--ui-address 'everywhere': an IPv4 address of this machine" in \
+        ran.stdout + ran.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["up.lock"])  # nothing ran
+
+
+# --- make setup on a system without apt-get ----------------------------------------
+
+def system_tools() -> list[str]:
+    """The tools `make system-packages` looks for (the Makefile's SYSTEM_TOOLS)."""
+    text = (ROOT / "Makefile").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("SYSTEM_TOOLS :="))
+    return [pair.split(":")[0] for pair in line.split(":=", 1)[1].split()]
+
+
+def bin_without_apt(tmp_path: Path, leave_out: str = "") -> Path:
+    """A PATH with every tool the Makefile needs, and no apt-get."""
+    found = shutil.which
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    path = os.environ["PATH"] + ":/usr/sbin:/sbin"
+    for tool in [*system_tools(), "sh", "uname", "id", "python3", "cat"]:
+        where = found(tool, path=path)
+        if tool != leave_out and where:
+            (folder / tool).symlink_to(where)
+    assert not found("apt-get", path=str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("leave_out", ["", "wrk"])
+def test_without_apt_get_make_setup_goes_on_when_every_tool_is_there(tmp_path, leave_out):
+    folder = bin_without_apt(tmp_path, leave_out)
+    missing = [t for t in system_tools() if not (folder / t).exists() and t != leave_out]
+    if missing:
+        pytest.skip(f"this box lacks {missing}")
+    ran = subprocess.run([shutil.which("make"), "-s", "preflight", "system-packages",
+                          f"PYTHON={sys.executable}"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PATH": str(folder)})
+    if not leave_out:
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        return
+    assert ran.returncode != 0
+    said = [ln for ln in (ran.stdout + ran.stderr).splitlines() if ln.startswith("setup:")]
+    assert said == ["setup: missing system packages (Debian's names): wrk; no apt-get here: "
+                    "install them with this system's package manager, then run make again"], \
+        ran.stdout + ran.stderr
+
+
+
+# --- the VM recipe: setup/cloud-init.yaml ---------------------------------------------
+
+CLOUD_INIT = ROOT / "setup" / "cloud-init.yaml"
+
+
+def test_the_cloud_init_file_passes_cloud_init_schema():
+    tool = shutil.which("cloud-init")
+    if tool is None:
+        pytest.skip("cloud-init is not installed (.ci/run installs it: apt-get install "
+                    "cloud-init)")
+    ran = subprocess.run([tool, "schema", "--config-file", str(CLOUD_INIT)],
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and "Valid cloud-config" in ran.stdout, ran.stdout + ran.stderr
+
+
+def cloud_init_packages(text: str) -> set[str]:
+    """The `packages:` list's names (plain YAML here: one `  - name` a line)."""
+    block = text.split("\npackages:\n", 1)[1].split("\n\n", 1)[0]
+    return {ln.strip()[2:] for ln in block.splitlines() if ln.strip().startswith("- ")}
+
+
+def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parses(tmp_path):
+    text = CLOUD_INIT.read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    line = next(ln for ln in makefile.splitlines() if ln.startswith("SYSTEM_TOOLS :="))
+    wanted = {pair.split(":")[1] for pair in line.split(":=", 1)[1].split()}
+    assert wanted - cloud_init_packages(text) == set()
+    # the script, as cloud-init writes it: the block under its path, six spaces in
+    block = text.split("path: /usr/local/sbin/lab-ready", 1)[1].split("content: |\n", 1)[1]
+    script = []
+    for ln in block.splitlines():
+        if ln and not ln.startswith("      "):
+            break
+        script.append(ln[6:])
+    assert script[0] == "#!/bin/sh" and "make setup" in script
+    (tmp_path / "lab-ready").write_text("\n".join(script) + "\n")
+    parsed = subprocess.run(["sh", "-n", str(tmp_path / "lab-ready")], capture_output=True,
+                            text=True, timeout=10)
+    assert parsed.returncode == 0, parsed.stderr
+    assert "export FTL_UI_ADDRESS=0.0.0.0" in text
