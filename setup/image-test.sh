@@ -20,17 +20,18 @@ HOST_ADDR=169.254.77.1 CTR_ADDR=169.254.77.2
 UI_PORT=8089
 RESULTS=$PWD/results/image-test   # the run's -v RESULTS:/lab/results
 WORK=""
-T0=$SECONDS FAILED=0 MODE="" ROOT="" UP_PID=""
+T0=$SECONDS FAILED=0 MODE="" ROOT="" UP_PID="" FG_PID=""
 SUMMARY=()
 
 say() { echo "image-test: $*"; }
 
 # One step: its name, then the command; PASS/FAIL and seconds go to the summary.
 step() {
-    local name=$1 t=$SECONDS result=PASS
+    local name=$1 t=$SECONDS result=PASS rc=0
     shift
     say "== $name"
-    "$@" || { result=FAIL; FAILED=1; }
+    "$@" || rc=$?
+    [ $rc = 0 ] || { result=FAIL; FAILED=1; }
     SUMMARY+=("$(printf '%-12s %s %5d s' "$name" "$result" $((SECONDS - t)))")
     say "== $name: $result ($((SECONDS - t)) s)"
     [ "$result" = PASS ]
@@ -198,12 +199,16 @@ enter_root() {
     hostname ftl-image
     mapfile -t envs <"$work/env"
     set +e
-    exec chroot "$root" /usr/bin/env -i "${envs[@]}" \
+    # Ctrl-C as in a terminal: a background command of a script starts with SIGINT
+    # ignored, which make, pytest and the lab would keep
+    exec chroot "$root" /usr/bin/env -i --default-signal=INT,QUIT "${envs[@]}" \
         /bin/sh -c 'cd "$0" && exec "$@"' "${workdir:-/}" "$@"
 }
 
-# A command in the container, the way the mode allows. `bg` runs it in the background
-# (its pid in UP_PID) for `lab up`.
+# A command in the container, the way the mode allows, run in the background and
+# waited for: a Ctrl-C then reaches this script's trap at once (interrupt), which stops
+# it, even where what runs inside catches Ctrl-C itself and exits 130. `bg`: leave it
+# running, its pid in UP_PID (`lab up`).
 in_ctr() {
     local bg=""
     [ "$1" = bg ] && { bg=1; shift; }
@@ -216,33 +221,49 @@ in_ctr() {
              unshare --mount --pid --uts --ipc --cgroup --fork --kill-child
              bash "$0" --enter "$ROOT" "$WORKDIR" "$WORK" "$RESULTS")
     fi
+    "${run[@]}" "$@" &
     if [ -n "$bg" ]; then
-        "${run[@]}" "$@" &
         UP_PID=$!
-    else
-        "${run[@]}" "$@"
+        return 0
     fi
+    FG_PID=$!
+    wait "$FG_PID"
+    local rc=$?
+    FG_PID=""
+    return $rc
 }
 
-# SIGINT to what runs in the background (Ctrl-C, as an attendee stops `lab up`), then
-# wait for it; SIGKILL after a minute.
-stop_bg() {
-    [ -n "$UP_PID" ] || return 0
+# SIGINT to what runs inside (as Ctrl-C stops `lab up`), then wait for it; SIGKILL
+# after a minute (unshare --kill-child takes everything inside with it).
+stop_pid() {
+    local pid=$1 child i
     if [ "$MODE" = container ]; then
         podman kill --signal INT "$TAG-run" >/dev/null 2>&1
     else
-        local child
-        child=$(pgrep -P "$UP_PID")  # unshare's child: pid 1 inside, the lab itself
-        [ -n "$child" ] && kill -INT $child
+        # unshare's child (pid 1 inside: the command, make or the lab) and its children,
+        # as a terminal's Ctrl-C reaches them all
+        child=$(pgrep -P "$pid")
+        [ -n "$child" ] && kill -INT $child $(pgrep -P "$child") 2>/dev/null
     fi
-    local i
-    for i in $(seq 60); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 1; done
-    kill -0 "$UP_PID" 2>/dev/null && { say "lab up did not stop on SIGINT: killed"; kill -KILL "$UP_PID"; }
-    wait "$UP_PID"
+    for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && { say "it did not stop on SIGINT: killed"; kill -KILL "$pid"; }
+    wait "$pid"
+}
+
+stop_bg() {
+    [ -n "$UP_PID" ] || return 0
+    stop_pid "$UP_PID"
     local rc=$?
     UP_PID=""
     # 130: the lab's own exit on Ctrl-C, once everything it started has stopped
     [ $rc = 0 ] || [ $rc = 130 ] || { say "lab up exited with $rc after SIGINT"; return 1; }
+}
+
+interrupt() {
+    trap '' INT TERM
+    say "interrupted: stopping what runs inside, then cleaning up"
+    [ -n "$FG_PID" ] && stop_pid "$FG_PID" >/dev/null 2>&1
+    exit 130
 }
 
 # --- the steps inside -----------------------------------------------------------------
@@ -321,7 +342,7 @@ main() {
     [ "$(id -u)" = 0 ] || { say "needs root (podman's storage, network namespaces)"; exit 1; }
     WORK=$(mktemp -d /var/tmp/ftlimg.XXXXXX)
     trap cleanup EXIT
-    trap 'say "interrupted"; exit 130' INT TERM
+    trap interrupt INT TERM
     mkdir -p "$RESULTS"
     step tools ensure_tools &&
     step base sh setup/debian-base.sh &&
