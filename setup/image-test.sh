@@ -233,6 +233,12 @@ in_ctr() {
     return $rc
 }
 
+# The processes under PID, by id.
+descendants() {
+    local child
+    for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done
+}
+
 # SIGINT to what runs inside (as Ctrl-C stops `lab up`), then wait for it; SIGKILL
 # after a minute (unshare --kill-child takes everything inside with it).
 stop_pid() {
@@ -240,10 +246,9 @@ stop_pid() {
     if [ "$MODE" = container ]; then
         podman kill --signal INT "$TAG-run" >/dev/null 2>&1
     else
-        # unshare's child (pid 1 inside: the command, make or the lab) and its children,
-        # as a terminal's Ctrl-C reaches them all
-        child=$(pgrep -P "$pid")
-        [ -n "$child" ] && kill -INT $child $(pgrep -P "$child") 2>/dev/null
+        # everything under unshare (pid 1 inside and what it started: make, pytest, the
+        # lab), as a terminal's Ctrl-C reaches them all
+        kill -INT $(descendants "$pid") 2>/dev/null
     fi
     for i in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     kill -0 "$pid" 2>/dev/null && { say "it did not stop on SIGINT: killed"; kill -KILL "$pid"; }
