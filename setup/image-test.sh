@@ -295,22 +295,22 @@ short_lab() {
 ui_through_mapping() {
     local i ok="" url="http://$CTR_ADDR:$UI_PORT/"
     in_ctr bg python -m benchmarks.lab up 0 --results /lab/results/up
-    for i in $(seq 120); do
+    for i in $(seq 90); do
         kill -0 "$UP_PID" 2>/dev/null || { say "lab up ended early"; break; }
-        if ip netns exec "$HOST_NS" curl -fsS -m 3 "$url" 2>/dev/null | grep -qi locust; then
+        if ip netns exec "$HOST_NS" curl -fsS -m 5 "$url" 2>/dev/null | grep -qi locust; then
             ok=1; break
-        fi
-        # up, but on the container's 127.0.0.1 only: a mapping cannot reach that
-        if ip netns exec "$CTR_NS" curl -fsS -m 3 "http://127.0.0.1:$UI_PORT/" >/dev/null 2>&1; then
-            sleep 3
-            ip netns exec "$HOST_NS" curl -fsS -m 3 "$url" 2>/dev/null | grep -qi locust && { ok=1; break; }
-            say "the UI answers on the container's 127.0.0.1 only, not at $url:"
-            say "  lab up needs --ui-address (FTL_UI_ADDRESS=0.0.0.0, set by the Containerfile)"
-            break
         fi
         sleep 1
     done
-    [ -n "$ok" ] && say "$url answers Locust's page (from $HOST_NS)"
+    if [ -n "$ok" ]; then
+        say "$url answers Locust's page (from $HOST_NS)"
+    elif ip netns exec "$CTR_NS" curl -fsS -m 5 "http://127.0.0.1:$UI_PORT/" >/dev/null 2>&1; then
+        # up, but on the container's 127.0.0.1 only: a mapping cannot reach that
+        say "the UI answers on the container's 127.0.0.1 only, not at $url: lab up"
+        say "  needs --ui-address (FTL_UI_ADDRESS=0.0.0.0, set by the Containerfile)"
+    else
+        say "no answer at $url within 90 s"
+    fi
     stop_bg || ok=""
     [ -n "$ok" ]
 }
