@@ -37,7 +37,7 @@ LAB_ARGS ?=
 # Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
 
-.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-fast lint lab book clean
+.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-fast lint lab book clean image image-test
 
 # `setup` = what installs + what checks the box. An image build runs `make install`
 # alone (a build step gets no network namespace); the box check then runs when the
@@ -147,6 +147,16 @@ lab: setup
 # The book's benchmark (/kv, 100 clients, the server on one core) beside its figures.
 book: setup
 	$(PY) -m benchmarks.lab book --duration $(DURATION) $(LAB_ARGS)
+
+# The image (Containerfile), built with podman FROM a Debian 12 base made here by
+# debootstrap (no registry): `image` builds it, `image-test` builds it and runs the box
+# check, a short lab, `lab up 0` through a port mapping and test-fast inside it
+# (docs/image.md). Root; installs podman and debootstrap when missing.
+image:
+	bash setup/image-test.sh --build-only
+
+image-test:
+	bash setup/image-test.sh
 
 clean:
 	rm -rf $(VENV) $(VENV_EVENTLET) $(VENV_NOTEBOOKS) $(VENV_LOCK) .pytest_cache .ruff_cache

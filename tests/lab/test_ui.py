@@ -139,8 +139,11 @@ def test_a_taken_ui_port_is_refused_before_anything_starts(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
+        # --ui-address: where FTL_UI_ADDRESS=0.0.0.0 is set (the image) the default is
+        # every address, and this test is about the machine's 127.0.0.1
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lab", "up", "0",
-                                 "--ui-port", str(port), "--results", str(tmp_path)],
+                                 "--ui-port", str(port), "--ui-address", "127.0.0.1",
+                                 "--results", str(tmp_path)],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
         out = proc.communicate(timeout=60)[0]
