@@ -187,12 +187,8 @@ def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, 
     workers = [procs.start(locust_cli.hidden([base], worker), log=log, env=clean, cwd=ROOT)
                for log in logs]
     try:
-        result, prefix = locust(eventlet_server, tmp_path, [
-            "--master", "--master-bind-port", str(port), "--expect-workers", "2",
-            "--expect-workers-max-wait", "30", "-u", "8", "-r", "8", "-t", "6s",
-            "--chat-socketio-users", "4", "--chat-users-file", str(users_file),
-            "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
-            "ChatUser", "SocketIOChatUser"])
+        result, prefix = master(eventlet_server, tmp_path, port, users_file, workers=2,
+                                users=8, seconds=6, socketio_users=4)
         for worker in workers:
             worker.wait(timeout=30)
     finally:
@@ -211,6 +207,18 @@ def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, 
     assert total["created"] == sum(o["created"] for o in own) == 4, (total, own)
     assert total["completed"] == 4 and len(total["lengths"]) == 4, total
     assert sorted(p.name for p in tmp_path.glob("sessions*")) == [results.SESSIONS_JSON]
+
+
+def master(url: str, tmp_path: Path, port: int, users_file: Path, workers: int, users: int,
+           seconds: int, socketio_users: int):
+    """A headless Locust master of the chat scenario, waiting for `workers`."""
+    return locust(url, tmp_path, [
+        "--master", "--master-bind-port", str(port), "--expect-workers", str(workers),
+        "--expect-workers-max-wait", "30", "-u", str(users), "-r", str(users),
+        "-t", f"{seconds}s", "--chat-socketio-users", str(socketio_users),
+        "--chat-users-file", str(users_file),
+        "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
+        "ChatUser", "SocketIOChatUser"])
 
 
 def copy_of_the_lab(folder: Path, edit: str = "") -> Path:
@@ -236,12 +244,8 @@ def test_lab_worker_from_another_folder_joins_and_its_counts_reach_the_master(
     port = procs.free_port()
     worker = lab_worker(copy_of_the_lab(tmp_path / "copy"), port, tmp_path / "worker.log")
     try:
-        result, prefix = locust(eventlet_server, tmp_path, [
-            "--master", "--master-bind-port", str(port), "--expect-workers", "1",
-            "--expect-workers-max-wait", "30", "-u", "3", "-r", "3", "-t", "4s",
-            "--chat-socketio-users", "2", "--chat-users-file", str(users_file),
-            "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
-            "ChatUser", "SocketIOChatUser"])
+        result, prefix = master(eventlet_server, tmp_path, port, users_file, workers=1,
+                                users=3, seconds=4, socketio_users=2)
         worker.wait(timeout=30)
     finally:
         procs.stop(worker)
