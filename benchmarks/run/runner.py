@@ -331,8 +331,13 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
                 procs.stop(worker)
             procs.stop(sampler_proc, sig=signal.SIGTERM)
     if not (stage_dir / results.LOCUST_JSON).exists():
-        log = (stage_dir / "locust.log").read_text(errors="replace")[-2000:]
-        raise StageFailed(f"Locust wrote no stats:\n{log}")
+        log = (stage_dir / "locust.log").read_text(errors="replace")
+        if "Gave up waiting for workers to connect" in log:  # Locust's own words
+            joined = log.count(" joined (")
+            raise StageFailed(f"Locust's master gave up waiting for its workers: {joined} "
+                              f"joined; see {stage_dir / 'locust.log'} (a refused worker "
+                              "says why there)")
+        raise StageFailed(f"Locust wrote no stats:\n{log[-2000:]}")
     snapshot_hosts(load, stage_dir)
     return count_from
 
