@@ -119,6 +119,7 @@ def write(environment, per_process: list[dict]) -> None:
 # --- the worker's side --------------------------------------------------------------
 
 HELLO = gevent.event.AsyncResult()  # on a worker: the master's `ftl_hello`
+JOINED: set[str] = set()  # on the master: the workers whose join it has said
 
 
 def on_report(environment, data: dict) -> None:
@@ -147,9 +148,17 @@ def on_stop_request(environment, msg) -> None:
 
 
 def expect_hello(environment) -> None:
-    """Quit with exit code 1 when the master has not answered in time: it does not run
-    the lab's locustfiles (a bare `locust --master`), or not this module."""
-    if HELLO.wait(timeout=HELLO_WAIT) is None and environment.process_exit_code is None:
+    """Say who this worker is, once a second, until the master answers: Locust drops a
+    message that reaches a master before its init event registered the handler (a
+    worker that starts first). Quit with exit code 1 when no answer comes in time: the
+    master does not run the lab's locustfiles (a bare `locust --master`)."""
+    deadline = time.monotonic() + HELLO_WAIT
+    while time.monotonic() < deadline:
+        environment.runner.send_message("ftl_join", {"versions": versions(),
+                                                     "host": socket.gethostname()})
+        if HELLO.wait(timeout=1.0) is not None:
+            return
+    if environment.process_exit_code is None:
         log.error("no answer from the master in %g s: it does not run the lab's locustfiles "
                   "(benchmarks/worker_messages.py)", HELLO_WAIT)
         environment.process_exit_code = 1
@@ -172,20 +181,26 @@ def on_join(environment, msg) -> None:
     """A worker said who it is: answer with the accounts, or say why it is refused."""
     theirs, mine = msg.data["versions"], versions()
     who = f"{msg.data.get('host', '?')} ({msg.node_id})"
-    if theirs != mine:
-        log.error("worker %s refused: it runs %s, this master %s", who, describe(theirs),
-                  describe(mine))
-    else:
-        options = environment.parsed_options
-        # --expect-workers counts only for a headless master (lab up's waits for none)
-        expected = f" of {options.expect_workers} expected" if getattr(
-            options, "headless", False) else " connected"
-        log.info("worker %s joined (%d%s): %s", who, len(environment.runner.clients),
-                 expected, describe(theirs))
+    if msg.node_id not in JOINED:   # said once: a worker repeats its join until answered
+        JOINED.add(msg.node_id)
+        say_join(environment, who, theirs, mine)
     path = getattr(environment.parsed_options, "chat_users_file", "")
     users = read_accounts(path) if path else []
     environment.runner.send_message("ftl_hello", {"versions": mine, "accounts": users},
                                     client_id=msg.node_id)
+
+
+def say_join(environment, who: str, theirs: dict, mine: dict) -> None:
+    if theirs != mine:
+        log.error("worker %s refused: it runs %s, this master %s", who, describe(theirs),
+                  describe(mine))
+        return
+    options = environment.parsed_options
+    # --expect-workers counts only for a headless master (lab up's waits for none)
+    expected = f" of {options.expect_workers} expected" if getattr(
+        options, "headless", False) else " connected"
+    log.info("worker %s joined (%d%s): %s", who, len(environment.runner.clients), expected,
+             describe(theirs))
 
 
 def read_accounts(path: str) -> list:
@@ -225,7 +240,6 @@ def on_init(environment, runner=None, **_kwargs) -> None:
         runner.register_message("ftl_stop", on_stop_request)
         environment.events.report_to_master.add_listener(
             lambda client_id, data, **_kw: on_report(environment, data))
-        runner.send_message("ftl_join", {"versions": versions(), "host": socket.gethostname()})
         gevent.spawn(expect_hello, environment)
     elif isinstance(runner, MasterRunner):
         runner.register_message("ftl_join", on_join)

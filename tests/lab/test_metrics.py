@@ -213,3 +213,27 @@ def test_locust_totals_keep_socketio_acks_beside_the_http_headline(tmp_path):
     assert totals["locust_rps"] == 10.0 and totals["rps"] == 9.0  # 100 in 10 s, 90 answered
     assert totals["p50_ms"] == 20.0 and totals["p99_ms"] == 30.0  # the acks' 2 ms left out
     assert (totals["sio_requests"], totals["sio_p50_ms"]) == (500, 2.0)
+
+
+
+MERGE = """
+import json, locust  # locust first: it patches the standard library for gevent
+from benchmarks import worker_messages
+one = {"intended": 100, "late": 2, "not_started": 0, "worst_lateness_ms": 12.5,
+       "rate": 40.0, "lengths": [1.0]}
+two = {"intended": 90, "late": 0, "not_started": 3, "worst_lateness_ms": 30.0,
+       "rate": 40.0, "lengths": [2.0, 3.0]}
+print(json.dumps(worker_messages.merge(one, two, highest=("worst_lateness_ms", "rate"))))
+"""
+
+
+def test_workers_figures_merge_as_locust_merges_its_stats():
+    """Counts summed, lists joined, the worst lateness and the rate the highest: two
+    workers' open-model figures (benchmarks/worker_messages.py) as the master adds them
+    (in a process of its own: importing Locust here would patch the suite's)."""
+    ran = subprocess.run([sys.executable, "-c", MERGE], capture_output=True, text=True,
+                         timeout=60, cwd=stages.ROOT)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"intended": 190, "late": 2, "not_started": 3,
+                                      "worst_lateness_ms": 30.0, "rate": 40.0,
+                                      "lengths": [1.0, 2.0, 3.0]}
