@@ -168,3 +168,19 @@ def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parse
                             text=True, timeout=10)
     assert parsed.returncode == 0, parsed.stderr
     assert "export FTL_UI_ADDRESS=0.0.0.0" in text
+
+
+def test_the_dev_container_runs_the_image_privileged_with_the_ui_forwarded():
+    """.devcontainer/devcontainer.json (JSON with // comments): the Containerfile, where it
+    puts the lab, privileged, port 8089 forwarded, results/ mounted from the workspace."""
+    import json
+    import re
+
+    text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
+    config = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    built = (ROOT / ".devcontainer" / config["build"]["dockerfile"]).resolve()
+    assert built == ROOT / "Containerfile"
+    workdir = re.search(r"^WORKDIR (\S+)$", built.read_text(), flags=re.M)[1]
+    assert config["workspaceFolder"] == workdir
+    assert "--privileged" in config["runArgs"] and 8089 in config["forwardPorts"]
+    assert f"target={workdir}/results" in config["workspaceMount"]
