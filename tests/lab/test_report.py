@@ -122,9 +122,11 @@ def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
     assert one["p"] is None and "one repeat: no test" in stats.verdict(one)
 
 
-def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]]) -> None:
+def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
+                 more=lambda key, k: {}) -> None:
     """Cut the run to rps's stages and give repeat k of each stage the kth RPS (repeats 2
-    on under repeats/K/, copies of the run's own folders), as --repeats leaves them."""
+    on under repeats/K/, copies of the run's own folders), as --repeats leaves them;
+    `more(key, k)`: other metrics of that stage in that repeat."""
     keep_only(run_copy, set(rps))
     for k in range(1, 1 + len(next(iter(rps.values())))):
         root = results.repeat_dir(run_copy, k)
@@ -133,7 +135,8 @@ def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]]) -> None:
             if k > 1:
                 shutil.copytree(results.stage_dir(run_copy, stages.get(key)), folder)
             m = results.read_json(folder / results.METRICS_JSON)
-            results.write_json(folder / results.METRICS_JSON, {**m, "rps": values[k - 1]})
+            results.write_json(folder / results.METRICS_JSON,
+                               {**m, "rps": values[k - 1], **more(key, k)})
 
 
 @pytest.mark.parametrize("pool,verdict", [
@@ -162,18 +165,13 @@ def test_one_repeat_says_its_steps_are_not_tested(run_copy):
 def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     """Repeats 2 and 3 under repeats/K/: the summary's intervals, the report's verdict on
     each step, and the check that failed in one repeat."""
-    keep_only(run_copy, {"0", "2", "3"})
     rps = {"0": (300.0, 310.0, 290.0), "2": (305.0, 295.0, 300.0), "3": (600.0, 610.0, 590.0)}
-    for k in (1, 2, 3):
-        root = results.repeat_dir(run_copy, k)
-        for key, values in rps.items():
-            folder = results.stage_dir(root, stages.get(key))
-            if k > 1:
-                shutil.copytree(results.stage_dir(run_copy, stages.get(key)), folder)
-            m = results.read_json(folder / results.METRICS_JSON)
-            others = 40.0 if (key, k) == ("0", 2) else 1.0  # a neighbour in one run
-            results.write_json(folder / results.METRICS_JSON, {
-                **m, "rps": values[k - 1], "foreign_cpu_pct": others, "foreign_cpu_p95": others})
+
+    def neighbour(key: str, k: int) -> dict:   # a neighbour in one run
+        others = 40.0 if (key, k) == ("0", 2) else 1.0
+        return {"foreign_cpu_pct": others, "foreign_cpu_p95": others}
+
+    with_repeats(run_copy, rps, neighbour)
     failing = results.stage_dir(results.repeat_dir(run_copy, 3), stages.get("2"))
     checks = results.read_json(failing / results.CHECKS_JSON)
     results.write_json(failing / results.CHECKS_JSON, [{**checks[0], "passed": False},
