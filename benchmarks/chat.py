@@ -84,10 +84,12 @@ import socketio
 
 try:
     from benchmarks import lab_range, worker_messages
+    from benchmarks.chat_mix import HISTORY_LIMIT, WEIGHTS
     from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
     import lab_range
     import worker_messages
+    from chat_mix import HISTORY_LIMIT, WEIGHTS
     from chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 
 # a lab address (198.18.0.0/15) only from a lab host: from here it would leave the machine
@@ -165,7 +167,6 @@ def note_failure(exception=None, context=None, **_kwargs):
 def apply_fixed_count(environment, **_kwargs):
     # Locust reads fixed_count when it spreads the users over the classes
     SocketIOChatUser.fixed_count = setting(environment, "socketio-users")
-HISTORY_LIMIT = 20
 # A burst's requests spread over this many seconds (--chat-burst-every), so that the
 # idle times of the connections they find in Nginx's pool spread around the app's
 # keep-alive rather than all missing its close by the same few milliseconds.
@@ -375,7 +376,7 @@ class ChatUser(SignedInUser):
             # app is just closing
             self.tasks = [ChatUser.post_message, ChatUser.post_message, ChatUser.read_messages]
 
-    @task(6)
+    @task(WEIGHTS["read_messages"])
     def read_messages(self):
         if not self.signed_in():
             return
@@ -386,7 +387,7 @@ class ChatUser(SignedInUser):
             if body is not None and messages_of(body) is None:
                 r.failure(f"no message list in {str(body)[:200]}")
 
-    @task(3)
+    @task(WEIGHTS["post_message"])
     def post_message(self):
         if not self.signed_in():
             return
@@ -399,7 +400,7 @@ class ChatUser(SignedInUser):
             if expect(r, 201, "id", "ts") is not None:
                 self.outbox.delivered()
 
-    @task(2)
+    @task(WEIGHTS["friends"])
     def friends(self):
         if not self.signed_in():
             return
@@ -409,7 +410,7 @@ class ChatUser(SignedInUser):
             if body is not None and not isinstance(body["friends"], list):
                 r.failure(f"friends is not a list: {str(body)[:200]}")
 
-    @task(1)
+    @task(WEIGHTS["find_or_create_room"])
     def find_or_create_room(self):
         if not self.signed_in():
             return
@@ -419,7 +420,7 @@ class ChatUser(SignedInUser):
             if body is not None and body["roomId"] != self.chat.room_id:
                 r.failure(f"one room per pair: got {body['roomId']}, had {self.chat.room_id}")
 
-    @task(1)
+    @task(WEIGHTS["me"])
     def me(self):
         if not self.signed_in():
             return
@@ -428,7 +429,7 @@ class ChatUser(SignedInUser):
             if body is not None and body["id"] != self.chat.user.get("id"):
                 r.failure(f"me is {body['id']}, logged in as {self.chat.user.get('id')}")
 
-    @task(1)
+    @task(WEIGHTS["get_user_secure"])
     def get_user_secure(self):
         if not self.signed_in():
             return

@@ -3,8 +3,9 @@
     python -m benchmarks.analysis.report [RUN_DIR]     # default: results/latest
 
 A folder that holds both models' runs (`omission.csv`, benchmarks/studies/omission.py)
-gets their percentiles side by side (benchmarks/analysis/omission.py); a study folder
-of its own gets only that.
+gets their percentiles side by side (benchmarks/analysis/omission.py), one that holds
+`floor.json` (benchmarks/studies/floor.py) each stage against the floor
+(benchmarks/analysis/floor.py); a study folder of its own gets only that.
 
 Reads each stage folder's `metrics.json` and `checks.json` (written by the lab
 runner), and for the plots its `sampler.csv`, `locust_stats_history.csv` and
@@ -20,7 +21,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from benchmarks.analysis import metrics, omission, repeats, stats
+from benchmarks.analysis import floor, metrics, omission, repeats, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results, slo
 
@@ -299,6 +300,9 @@ def write(run_dir: Path) -> None:
     both = omission.section(run_dir)
     if both:
         text += [both, ""]
+    against_floor = floor.section(run_dir)
+    if against_floor:
+        text += [against_floor, ""]
     text += [
         "## Plots",
         "",
@@ -345,6 +349,9 @@ def main(argv=None) -> int:
     run_dir = build_parser().parse_args(argv).run_dir
     if not results.is_run(run_dir) and (run_dir / omission.OMISSION_CSV).exists():
         print(omission.write_report(run_dir))  # a coordinated-omission study's folder
+        return 0
+    if not results.is_run(run_dir) and floor.read(run_dir) is not None:
+        print(floor.write_report(run_dir))  # a floor study's own folder
         return 0
     if not results.is_run(run_dir):
         print(f"report: {run_dir} is not a lab run folder (no run.json); "

@@ -63,6 +63,8 @@ RUN_JSON = "run.json"
 SUMMARY_CSV = "summary.csv"
 REPORT_MD = "report.md"
 PLOTS = "plots"
+FLOOR_JSON = "floor.json"  # the floor study's figures (benchmarks/studies/floor.py)
+FLOOR_CSV = "floor.csv"  # its table: each request type and the mix, with intervals
 
 # files of a stage
 LOCUST_PREFIX = "locust"  # Locust's --csv prefix: locust_stats.csv, locust_stats_history.csv
