@@ -38,7 +38,8 @@ from locust.runners import STATE_STOPPED, MasterRunner, WorkerRunner
 log = logging.getLogger("locust.ftl")
 HERE = Path(__file__).resolve().parent
 # what a worker runs of the lab's code: the same on both sides, or the load is another
-LOCUSTFILES = ("chat.py", "chat_socket.py", "arrivals.py", "lab_range.py", "worker_messages.py")
+LOCUSTFILES = ("chat.py", "chat_mix.py", "chat_socket.py", "arrivals.py", "lab_range.py",
+               "worker_messages.py")
 HELLO_WAIT = 30.0  # seconds a worker's users wait for the master's accounts
 FINAL_WAIT = 10.0  # seconds the master waits for the workers' final figures, past stop_timeout
 

@@ -84,6 +84,9 @@ RULES = [
          "namespaces and processes of dead labs and restores host sysctls"),
     Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission)\b", PARSE,
          "minutes of load on root network namespaces"),
+    Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
+         "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
+         "a lab run's report"),
     Rule(r"python -m benchmarks\.analysis\.report ", PARSE,
          "reads a lab run's folder (results/ is not in git) and rewrites its report.md"),
     Rule(r"python - .*<<", PARSE, "a script over the CSVs of a run made before"),
