@@ -94,6 +94,10 @@ def about(data: dict) -> str:
     """What was measured, in a sentence: the app, its settings, where it ran."""
     settings = ", ".join(f"`{k}={v}`" for k, v in data["settings"].items())
     n = len(data["repeats"])
+    cost = data.get("loop_us")
+    loop = (f" The loop's own CPU (its caller around a WSGI app that does nothing), in "
+            f"every figure: {cost['GET']:g} us a GET, {cost['POST']:g} us a POST."
+            if cost else "")
     return (f"Stage {data['stage']}'s app called in-process as a WSGI callable (no socket, "
             f"no server; benchmarks/studies/floor.py), Redis real on its own CPU "
             f"({data['cpus']['redis']}; the app on {data['cpus']['app']}). Settings: "
@@ -102,7 +106,7 @@ def about(data: dict) -> str:
             "interval] over the repeats. App CPU = this process's CPU time (every thread: "
             "the app and its Socket.IO queue listener); Redis CPU = redis-server's; wall = "
             "elapsed time per request, Redis's round trips included. The mix weights the "
-            "types as ChatUser does (benchmarks/chat_mix.py).")
+            "types as ChatUser does (benchmarks/chat_mix.py)." + loop)
 
 
 def stages_against(run_dir: Path, data: dict) -> list[dict]:

@@ -176,6 +176,23 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def loop_cost(calls: int = 20000) -> dict[str, float]:
+    """The loop's own CPU per request, in us: `caller` around a WSGI app that does nothing,
+    a GET and a POST (which makes its key), so the report can say what it adds."""
+    def nothing(environ, start_response):
+        start_response("200 OK", [])
+        return [b"{}"]
+
+    out = {}
+    for method, body in (("GET", b""), ("POST", b"{}")):
+        call = caller(nothing, method, "/rooms/1/messages", body, 200, token="none")
+        started = time.process_time()
+        for _ in range(calls):
+            call()
+        out[method] = round((time.process_time() - started) / calls * 1e6, 2)
+    return out
+
+
 def timed(call, seconds: float, redis_pid: int) -> dict:
     """Requests sent for `seconds` of wall time; the CPU per request, this process's and
     Redis's, and the wall time per request, in ms."""
@@ -266,7 +283,8 @@ def run(args) -> int:
             "settings": {k: v for k, v in settings.items()
                          if k not in ("FLASK_SECRET_KEY", "FLASK_REDIS_URL")},
             "cpus": {"app": hosts.format_cpus(app_cpus), "redis": hosts.format_cpus(redis_cpus)},
-            "seconds": args.seconds, "weights": WEIGHTS, "repeats": figures}
+            "seconds": args.seconds, "loop_us": loop_cost(), "weights": WEIGHTS,
+            "repeats": figures}
     floor.write(out_dir, data)
     if args.into:
         from benchmarks.analysis import report
@@ -274,6 +292,8 @@ def run(args) -> int:
     else:
         floor.write_report(out_dir)
     say("\n" + floor.table(floor.summarize(data)))
+    say(f"\nthe loop alone (around a WSGI app that does nothing): {data['loop_us']['GET']:g} "
+        f"us a GET, {data['loop_us']['POST']:g} us a POST")
     say(f"\n{results.rel(out_dir / results.FLOOR_JSON)}; "
         f"{results.REPORT_MD} beside it" + (" shows each stage against it" if args.into else ""))
     return 0

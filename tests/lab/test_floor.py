@@ -36,6 +36,8 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert data["weights"] == WEIGHTS and data["stage"] == "8"
     assert data["settings"]["FLASK_FUSED_ROUND_TRIPS"] == "1"  # stage 8's code: stage 7's
     assert len(data["repeats"]) == 2
+    cheapest = min(f["app_cpu_ms"] for r in data["repeats"] for f in r.values())
+    assert 0 < data["loop_us"]["GET"] < 1000 * cheapest  # the loop: less than any request
     for repeat in data["repeats"]:
         assert set(repeat) == set(WEIGHTS)
         for figures in repeat.values():
