@@ -33,6 +33,7 @@ import gevent
 import gevent.pool
 from chat import (  # the chat scenario's sessions, settings and request checks
     HISTORY_LIMIT,
+    WEIGHTS,
     SocketIOChatUser,  # noqa: F401  (beside ArrivalUser: the lab's Socket.IO users)
     expect,
     open_chat,
@@ -50,7 +51,9 @@ SESSIONS = 20  # signed-in accounts the arrivals take turns with
 LATE_S = 0.010  # a start this much after its intended time counts as late
 MAX_IN_FLIGHT = 1000  # default --arrival-max-in-flight
 # the chat mix both models send, by method: 6 history reads, 3 posts, 2 friend lists in 11
-MIX = ("read",) * 6 + ("post",) * 3 + ("friends",) * 2
+# (ChatUser's weights of those tasks, benchmarks/chat_mix.py)
+MIX = (("read",) * WEIGHTS["read_messages"] + ("post",) * WEIGHTS["post_message"]
+       + ("friends",) * WEIGHTS["friends"])
 
 
 @events.init_command_line_parser.add_listener

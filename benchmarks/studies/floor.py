@@ -23,8 +23,8 @@ stage's server CPU per request as a multiple of the floor
 (benchmarks/analysis/floor.py).
 
 Requirements: redis-server and taskset (util-linux), the venv. No root.
-Overhead: about (warm-up 0.5 s + --seconds) x 6 types x --repeats of one core:
-about 45 s with the defaults.
+Overhead: one core for 6 types x (a warm-up of 0.5 s + --seconds x --repeats), and a
+few seconds to start: about 45 s with the defaults.
 """
 
 from __future__ import annotations
