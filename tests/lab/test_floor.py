@@ -8,6 +8,7 @@ their size: this box is shared and noisy.
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 
@@ -79,6 +80,22 @@ def test_into_a_run_the_report_gives_each_stage_as_a_multiple_of_the_floor(tmp_p
                                                                   ) and "x |" in x)
         assert f"{m['app_cpu_ms_per_request'] / app:.2f}x" in line, line
         assert f"{m['server_cpu_ms_per_request'] / both:.2f}x" in line, line
+
+
+def test_every_task_of_chat_user_is_in_the_mix_with_its_own_weight():
+    """ChatUser's tasks (read from the locustfile's source: pytest cannot import Locust)
+    are the mix's, each weighted `@task(WEIGHTS["<its name>"])`, so the floor sends
+    every request type the stages' users send."""
+    tree = ast.parse((ROOT / "benchmarks" / "chat.py").read_text())
+    user = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ChatUser")
+    weighted = {}
+    for method in (n for n in user.body if isinstance(n, ast.FunctionDef)):
+        for d in method.decorator_list:
+            if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "task":
+                weighted[method.name] = ast.unparse(d.args[0]) if d.args else None
+    assert weighted == {name: f"WEIGHTS['{name}']" for name in WEIGHTS}
+    assert set(study.requests({"room": 1, "friend": {"id": 2, "email": "f@x.test"}})) \
+        == set(WEIGHTS)
 
 
 @pytest.mark.parametrize("args, said", [
