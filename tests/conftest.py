@@ -305,12 +305,17 @@ def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict 
            "FLASK_REDIS_MODE": "pool", **(env or {})}
     worker = worker_args[worker_args.index("-k") + 1] if "-k" in worker_args else "sync"
     proc = procs.start([procs.gunicorn_for(worker), *worker_args, "-b", f"127.0.0.1:{port}",
-                        "app.wsgi:app"], log=workdir / "gunicorn.log", env=env, cwd=ROOT)
+                        "--no-control-socket", "app.wsgi:app"], log=workdir / "gunicorn.log",
+                       env=env, cwd=ROOT)
     try:
         procs.wait_for_port(port, proc=proc, timeout=30)
         yield f"http://127.0.0.1:{port}", proc
     finally:
-        procs.stop(proc, sig=signal.SIGQUIT)  # quick shutdown: TERM waits ~3 s for eventlet
+        # quick shutdown (TERM waits ~3 s for eventlet), to the master alone (runner.Stack.stop)
+        stopping = time.monotonic()
+        procs.stop(proc, sig=signal.SIGQUIT, leader_only=True)
+        # a worker deadlocked by a second QUIT stops only at the KILL, 10 s later
+        assert time.monotonic() - stopping < 8, f"gunicorn {worker_args} took 8 s to QUIT"
 
 
 @contextmanager

@@ -83,7 +83,8 @@ class _Interrupts:
 
     def __call__(self, signum, frame):
         self.count += 1
-        if self.count == 1:
+        if self.count == 1:  # a word at once: stopping servers can take a few seconds
+            print(f"\n{self.prog}: stopping what it started", flush=True)
             raise KeyboardInterrupt
         print(f"\n{self.prog}: still stopping what it started; please wait", flush=True)
 

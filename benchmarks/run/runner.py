@@ -111,8 +111,10 @@ class Stack:
         # (the lab's independent count of answered requests).
         # The request time closes each line (%(L)s, seconds): the server's own latency.
         # `flask run` logs no times, so under it the app writes the same lines itself.
+        # And no control socket (gunicorn 25+): every gunicorn would make the same
+        # ~/.gunicorn/gunicorn.ctl, the lab's servers and the tests' at once.
         log_path = str(self.dir / results.app_access_log(role))
-        access_log = shlex.join(access_logs.gunicorn_args(log_path))
+        access_log = shlex.join([*access_logs.gunicorn_args(log_path), "--no-control-socket"])
         timed = {} if self.stage.server[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
         return procs.child_env(procs.environment_bin(self.stage.environment),
@@ -183,10 +185,15 @@ class Stack:
         # gunicorn's TERM is a graceful stop, which waits out the eventlet worker's 1 s
         # ticks (3 s here); after the load nothing is in flight, so QUIT, its quick
         # shutdown (1 s). Flask's server has no QUIT handler: TERM.
-        quick = signal.SIGQUIT if self.stage.gunicorn_config else signal.SIGTERM
+        # QUIT goes to gunicorn's master only, which hands it to its workers: a second QUIT
+        # (the group's) arriving inside a gthread worker's first one's handler deadlocks in
+        # ThreadPoolExecutor.shutdown (CPython issue 121649) until the KILL 10 s later.
+        gunicorn = bool(self.stage.gunicorn_config)
         with sandbox.uninterrupted():
-            procs.stop_all([(self.procs.pop(name), quick if name in self.stage.app_roles
-                             else signal.SIGTERM) for name in reversed(list(self.procs))])
+            procs.stop_all([(self.procs.pop(name), *((signal.SIGQUIT, True) if gunicorn and
+                                                     name in self.stage.app_roles
+                                                     else (signal.SIGTERM, False)))
+                            for name in reversed(list(self.procs))])
 
 
 def seed_stage_users(stack: Stack, count: int) -> Path:

@@ -157,39 +157,40 @@ def start(cmd: list[str], log: Path | None = None, env: dict | None = None,
             out.close()
 
 
-def stop(proc: subprocess.Popen | None, timeout: float = 10.0,
-         sig: int = signal.SIGTERM) -> None:
-    """Stop a process started by `start` and everything in its group."""
-    if proc is None:
-        return
+def _signal(proc: subprocess.Popen, sig: int, leader_only: bool = False) -> None:
     try:
-        os.killpg(proc.pid, sig)
+        os.kill(proc.pid, sig) if leader_only else os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def stop(proc: subprocess.Popen | None, timeout: float = 10.0,
+         sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
+    """Stop a process started by `start` and everything in its group: `sig`, then
+    after `timeout` s KILL to the whole group. With `leader_only`, `sig` goes to the
+    group's leader alone, for a server that hands it on to its children itself."""
+    if proc is None:
+        return
+    _signal(proc, sig, leader_only)
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pass
-    try:  # children that outlived their parent, or a parent that ignored TERM
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _signal(proc, signal.SIGKILL)  # children that outlived their parent, or one that ignored sig
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
 
 
-def stop_all(stopping: list[tuple[subprocess.Popen, int]], timeout: float = 10.0) -> None:
-    """`stop` several at once: each group gets its signal first, then each is waited for,
-    so their shutdowns overlap (gunicorn's eventlet worker alone takes a second)."""
-    for proc, sig in stopping:
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-    for proc, sig in stopping:
-        stop(proc, timeout, sig)
+def stop_all(stopping: list[tuple[subprocess.Popen, int, bool]], timeout: float = 10.0) -> None:
+    """`stop` several at once, each (process, signal, leader_only): each gets its signal
+    first, then each is waited for, so their shutdowns overlap (gunicorn's eventlet worker
+    alone takes a second)."""
+    for proc, sig, leader_only in stopping:
+        _signal(proc, sig, leader_only)
+    for proc, sig, leader_only in stopping:
+        stop(proc, timeout, sig, leader_only)
 
 
 REDIS_HINT = ("Install it: `apt-get install redis-server` (Debian/Ubuntu, as root), "

@@ -102,7 +102,8 @@ argv, names = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 sys.argv = ["gunicorn", *argv]
 cfg = gunicorn.app.wsgiapp.WSGIApplication("%(prog)s [OPTIONS] [APP_MODULE]").cfg
 print(json.dumps({"version": gunicorn.__version__, "bind": cfg.bind,
-                  "accesslog": cfg.accesslog, **{n: getattr(cfg, n) for n in names},
+                  "accesslog": cfg.accesslog, "no_control": cfg.control_socket_disable,
+                  **{n: getattr(cfg, n) for n in names},
                   "worker_class": cfg.worker_class_str}))
 """
 
@@ -147,6 +148,7 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
         assert cfg["bind"] == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
         # the lab's own addition, GUNICORN_CMD_ARGS, is read too
         assert cfg["accesslog"] == str(tmp_path / results.app_access_log(role))
+        assert cfg["no_control"] is True  # no ~/.gunicorn/gunicorn.ctl shared by every gunicorn
 
 
 @pytest.mark.parametrize("path", sorted(SETTINGS))

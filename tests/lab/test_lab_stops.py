@@ -169,6 +169,7 @@ def test_ctrl_c_in_a_terminal_during_set_up_is_quiet(tmp_path, stage, after):
         output = proc.communicate()[0]
     assert proc.returncode == 130, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "stopping what it started\n" in output, output  # said at once
     assert "everything it started is stopped" in output, output
     assert leftovers(proc.pid) == []
 
