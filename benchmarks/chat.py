@@ -83,11 +83,12 @@ from locust import FastHttpUser, constant_pacing, events, run_single_user, task
 import socketio
 
 try:
-    from benchmarks import lab_range, worker_messages
+    from benchmarks import lab_range, latency_log, worker_messages
     from benchmarks.chat_mix import HISTORY_LIMIT, WEIGHTS
     from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
     import lab_range
+    import latency_log
     import worker_messages
     from chat_mix import HISTORY_LIMIT, WEIGHTS
     from chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
@@ -96,6 +97,9 @@ except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the
 lab_range.guard_locust(events)
 # a worker's figures and accounts travel in Locust's messages, never through files
 worker_messages.install(events)
+# every request's time in an HdrHistogram too (--latency-file), every worker's added up
+latency_log.install(events)
+worker_messages.figures("latency", latency_log.figures, "latency_file", save=latency_log.save)
 
 HOST = os.environ.get("CHAT_HOST", "http://127.0.0.1:8000")
 

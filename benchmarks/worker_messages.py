@@ -4,7 +4,7 @@ A worker may run on another machine (DESIGN.md, "Load from other machines"): it
 reads nothing from its master's disk and writes nothing the lab reads.
 
 - Figures: each locustfile's own counts (chat.py's Socket.IO sessions, arrivals.py's
-  schedule) ride on every stats report a worker sends (`report_to_master`). They
+  schedule, latency_log.py's histograms) ride on every stats report a worker sends (`report_to_master`). They
   are running totals, so the master keeps each worker's latest (`worker_report`),
   adds them up (`merge`) and writes the file the lab reads, once, as the test stops.
   Before it writes it asks every worker to stop and report at once (`ftl_stop`):
@@ -39,7 +39,7 @@ log = logging.getLogger("locust.ftl")
 HERE = Path(__file__).resolve().parent
 # what a worker runs of the lab's code: the same on both sides, or the load is another
 LOCUSTFILES = ("chat.py", "chat_mix.py", "chat_socket.py", "arrivals.py", "lab_range.py",
-               "worker_messages.py")
+               "worker_messages.py", "latency_log.py")
 HELLO_WAIT = 30.0  # seconds a worker's users wait for the master's accounts
 FINAL_WAIT = 10.0  # seconds the master waits for the workers' final figures, past stop_timeout
 
@@ -67,20 +67,24 @@ def describe(v: dict) -> str:
 class Figures:
     """A locustfile's counts: `collect(environment)` gives this process's (None: nothing to
     report), written as JSON to the path in parsed option `option`; the keys in `highest`
-    keep the highest value of any process, the other numbers add up, lists join."""
+    keep the highest value of any process, the other numbers add up, lists join. `save(path,
+    per_process)`, when given, writes the file from every process's figures instead
+    (latency_log.py: histograms that add up only decoded)."""
 
     name: str
     collect: Callable
     option: str
     highest: tuple[str, ...] = ()
+    save: Callable | None = None
 
 
 SOURCES: dict[str, Figures] = {}
 REPORTED: dict[str, dict] = {}  # on the master: worker id -> its latest figures
 
 
-def figures(name: str, collect: Callable, option: str, highest: tuple[str, ...] = ()) -> None:
-    SOURCES[name] = Figures(name, collect, option, highest)
+def figures(name: str, collect: Callable, option: str, highest: tuple[str, ...] = (),
+            save: Callable | None = None) -> None:
+    SOURCES[name] = Figures(name, collect, option, highest, save)
 
 
 def merge(a: dict, b: dict, highest: tuple[str, ...] = ()) -> dict:
@@ -110,6 +114,9 @@ def write(environment, per_process: list[dict]) -> None:
         path = getattr(opts, src.option, "") if opts is not None else ""
         found = [p[name] for p in per_process if name in p]
         if not path or not found:
+            continue
+        if src.save is not None:
+            src.save(Path(path), found)
             continue
         total = found[0]
         for more in found[1:]:
@@ -143,7 +150,7 @@ def on_stop_request(environment, msg) -> None:
     """Stop the users now (Locust's own stop; nothing if stopped) and report at once."""
     environment.runner.stop()
     environment.runner._send_stats()  # Locust's own report, with our figures (on_report)
-    counts = {name: {k: v for k, v in figs.items() if not isinstance(v, list)}
+    counts = {name: {k: v for k, v in figs.items() if isinstance(v, int | float)}
               for name, figs in own_figures(environment).items()}
     log.info("final figures sent to the master: %s", json.dumps(counts, sort_keys=True))
 

@@ -18,6 +18,8 @@
           locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
           locust.html                    Locust's own report of the measured run (--html)
           locust_stats.csv ...           Locust's --csv files, rewritten once a second
+          latency.hlog                   every request's time as an HdrHistogram log (µs, 3
+                                         significant digits; benchmarks/latency_log.py)
           sampler.csv                    the sampler's time series
           sysctl.json  verify.json       what the stage ran with and answered
           access.log  app.log            the app's access log (gunicorn); its output (`flask run`
@@ -72,6 +74,8 @@ LOCUST_STATS = "locust_stats.csv"
 LOCUST_JSON = "locust.json"  # --json-file: every request, written as Locust exits
 LOCUST_HTML = "locust.html"  # --html: Locust's own report of the measured run
 LOCUST_HISTORY = "locust_stats_history.csv"
+# --latency-file: every request's time in an HdrHistogram log (benchmarks/latency_log.py)
+LATENCY_HLOG = "latency.hlog"
 SAMPLER_CSV = "sampler.csv"
 SYSCTL_JSON = "sysctl.json"
 VERIFY_JSON = "verify.json"

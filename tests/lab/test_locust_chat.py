@@ -19,8 +19,11 @@ from pathlib import Path
 
 import pytest
 from conftest import gunicorn
+from hdrh.log import HistogramLogReader
 
+from benchmarks import latency_log
 from benchmarks.analysis import metrics
+from benchmarks.analysis import stats as lab_stats
 from benchmarks.run import locust_cli, results
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
@@ -102,7 +105,8 @@ def assert_no_failures(rows: dict, why: str) -> None:
 def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, tmp_path):
     result, prefix = locust(eventlet_server, tmp_path,
                             ["-u", "10", "-r", "10", "-t", "8s", "--chat-sessions-file",
-                             str(tmp_path / results.SESSIONS_JSON), "ChatUser",
+                             str(tmp_path / results.SESSIONS_JSON), "--latency-file",
+                             str(tmp_path / results.LATENCY_HLOG), "ChatUser",
                              "SocketIOChatUser"],
                             env={"LOCUST_CHAT_USERS_FILE": str(users_file)})
     why = explain(result, prefix)
@@ -121,6 +125,31 @@ def test_chat_and_socketio_users_against_eventlet(eventlet_server, users_file, t
     feeds = json.loads((tmp_path / results.SESSIONS_JSON).read_text())
     assert (feeds["missed_live"], feeds["caught_up"], feeds["missing"]) == (0, 0, 0), feeds
     assert not any(kind == "SESSION" for kind, _ in rows)
+    assert_hlog_is_locusts(tmp_path / results.LATENCY_HLOG, rows)
+
+
+def locust_bucket_ms(ms: float) -> float:
+    """The width of Locust's bucket at `ms` (locust.stats.bucket_response_time)."""
+    return 1 if ms < 100 else 10 if ms < 1000 else 100 if ms < 10_000 else 1000
+
+
+def assert_hlog_is_locusts(path: Path, rows: dict) -> None:
+    """The .hlog, read by HdrHistogram's own reader, holds every request Locust counted,
+    row by row, and its p99 (the lab's rule on its buckets) is Locust's within one of
+    Locust's buckets: the same times, more digits."""
+    reader = HistogramLogReader(str(path), latency_log.new())
+    lines = []
+    while (hist := reader.get_next_interval_histogram()) is not None:
+        lines.append(hist)
+    reader.close()
+    by_tag = {h.get_tag(): h.get_total_count() for h in lines}
+    total = int(rows[("", "Aggregated")]["Request Count"])
+    assert by_tag.pop(None) == total > 0, (by_tag, total)
+    assert by_tag == {latency_log.tag(kind, name): int(row["Request Count"])
+                      for (kind, name), row in rows.items() if kind}
+    p99 = lab_stats.percentile(latency_log.times_ms(path), 0.99)
+    theirs = float(rows[("", "Aggregated")]["99%"])
+    assert abs(p99 - theirs) <= locust_bucket_ms(theirs), (p99, theirs)
 
 
 def test_key_value_user_alone_against_sync_workers(redis_url, tmp_path):
@@ -207,6 +236,13 @@ def test_workers_that_cannot_see_the_masters_files_still_count(eventlet_server, 
     assert total["created"] == sum(o["created"] for o in own) == 4, (total, own)
     assert total["completed"] == 4 and len(total["lengths"]) == 4, total
     assert sorted(p.name for p in tmp_path.glob("sessions*")) == [results.SESSIONS_JSON]
+    # every request's time reached the master's .hlog: each worker's histograms added up
+    timed = [json.loads(re.search(r"final figures sent to the master: (.*)", s)[1])["latency"]
+             for s in said]
+    assert all(t["requests"] > 0 for t in timed), timed
+    hlog = latency_log.read(tmp_path / results.LATENCY_HLOG)
+    assert hlog[None].get_total_count() == sum(t["requests"] for t in timed), timed
+    assert_hlog_is_locusts(tmp_path / results.LATENCY_HLOG, rows)
 
 
 def master(url: str, tmp_path: Path, port: int, users_file: Path, workers: int, users: int,
@@ -218,6 +254,7 @@ def master(url: str, tmp_path: Path, port: int, users_file: Path, workers: int, 
         "-t", f"{seconds}s", "--chat-socketio-users", str(socketio_users),
         "--chat-users-file", str(users_file),
         "--chat-sessions-file", str(tmp_path / results.SESSIONS_JSON),
+        "--latency-file", str(tmp_path / results.LATENCY_HLOG),
         "ChatUser", "SocketIOChatUser"])
 
 
