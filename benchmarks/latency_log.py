@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
@@ -149,7 +149,7 @@ def save(path: Path, per_process: list[dict]) -> None:
                            "Locust's rows (benchmarks/latency_log.py)]")
         # the package's output_start_time passes ms where datetime wants s: written here
         # as HdrHistogram's Java writer writes it
-        when = datetime.fromtimestamp(first / 1000, timezone.utc).strftime(
+        when = datetime.fromtimestamp(first / 1000, UTC).strftime(
             "%a %b %d %H:%M:%S UTC %Y")
         log.output_comment(f"[StartTime: {first / 1000:f} (seconds since epoch), {when}]")
         log.output_base_time(first)

@@ -4,9 +4,10 @@ A worker may run on another machine (DESIGN.md, "Load from other machines"): it
 reads nothing from its master's disk and writes nothing the lab reads.
 
 - Figures: each locustfile's own counts (chat.py's Socket.IO sessions, arrivals.py's
-  schedule, latency_log.py's histograms) ride on every stats report a worker sends (`report_to_master`). They
-  are running totals, so the master keeps each worker's latest (`worker_report`),
-  adds them up (`merge`) and writes the file the lab reads, once, as the test stops.
+  schedule, latency_log.py's histograms) ride on every stats report a worker sends
+  (`report_to_master`). They are running totals, so the master keeps each worker's
+  latest (`worker_report`), adds them up (`merge`, or the figures' own `save`) and
+  writes the file the lab reads, once, as the test stops.
   Before it writes it asks every worker to stop and report at once (`ftl_stop`):
   Locust's own last report, sent after `quit`, comes 0.5 s at most before the master
   stops listening, less than users may take to stop.
