@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks import latency_log
 from benchmarks.analysis import stats
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets
-from benchmarks.run import results
+from benchmarks.run import open_model, results
 from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
@@ -59,6 +60,7 @@ class Metric:
 
 
 _LOCUST = f"{results.LOCUST_JSON}, HTTP entries (old runs: {results.LOCUST_STATS})"
+_PERCENTILES = f"{_LOCUST}; the open model's: {results.LATENCY_HLOG}'s (open_model.py)"
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
 _LOCUST_SESSION = f"{results.SESSIONS_JSON} (chat.py's SESSIONS, every worker's added up)"
 _SAMPLER = results.SAMPLER_CSV
@@ -80,9 +82,9 @@ CATALOGUE: dict[str, Metric] = {
     "rps_gap": Metric("rps, rps_independent",
                       f"|rps - rps_independent| / rps_independent; over {COUNT_GAP_LIMIT:.0%} "
                       "the report flags it"),
-    "p50_ms": Metric(_LOCUST, "median HTTP response time, ms"),
-    "p95_ms": Metric(_LOCUST, "95th percentile HTTP response time, ms"),
-    "p99_ms": Metric(_LOCUST, "99th percentile HTTP response time, ms"),
+    "p50_ms": Metric(_PERCENTILES, "median HTTP response time, ms"),
+    "p95_ms": Metric(_PERCENTILES, "95th percentile HTTP response time, ms"),
+    "p99_ms": Metric(_PERCENTILES, "99th percentile HTTP response time, ms"),
     **{f"server_p{q}_ms": Metric(
         f"{results.COUNT_JSON} server_p{q}_ms",
         f"{q}th percentile of the request times the entry point logged while measured "
@@ -233,7 +235,11 @@ def locust_totals(stage_dir: Path) -> dict:
         raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
     return {**_group_totals(http, ""),
             **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_"),
-            **sessions(stage_dir)}
+            **open_model.percentiles(stage_dir, _http), **sessions(stage_dir)}
+
+
+def _http(tag: str) -> bool:
+    return latency_log.method_of(tag) != SOCKETIO_TYPE  # a .hlog row (latency_log.tag)
 
 
 def sessions(stage_dir: Path) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.analysis import floor, metrics, omission, repeats, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
-from benchmarks.run import results, slo
+from benchmarks.run import open_model, results, slo
 
 TABLE_COLUMNS = (("stage", "stage"), ("rps", "RPS"), ("rps_independent", "RPS (server)"),
                  ("p50_ms", "p50 ms"),
@@ -87,6 +87,20 @@ def summary_table(run_dir: Path) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), sep, *(line(b) for b in body)])
+
+
+def sources_line(run_dir: Path) -> str:
+    """Which source each stage's p50/p95/p99 come from, and its precision (stats.SOURCES):
+    an open-model stage's from its .hlog (open_model.percentile_source), others Locust's."""
+    by_source: dict[str, list[str]] = {}
+    for r in stage_results(run_dir):
+        by_source.setdefault(open_model.percentile_source(r["dir"]), []).append(
+            r["stage"].dirname)
+    files = {"locust": results.LOCUST_JSON, "hdrhistogram": results.LATENCY_HLOG}
+    said = [f"{stats.SOURCES[source]} (`{files[source]}`) in {', '.join(names)}"
+            for source, names in by_source.items()]
+    return ("p50, p95, p99 from " + "; from ".join(said) + ". Ack p95: Locust's."
+            if said else "")
 
 
 def repeats_section(run_dir: Path) -> str:
@@ -263,9 +277,10 @@ def header(run_dir: Path, info: dict) -> list[str]:
         "RPS (server) = the same, counted in the entry point's access log. Client CPU = "
         "Locust's p95 over the load (its start-up left out), in % of one core. Every figure "
         "comes from the files in the stage's folder: `locust.json` (RPS, percentiles, "
-        "failures), `count.json` (the server's count), `sampler.csv` (sockets, CPU), "
-        "`metrics.json` (all derived numbers), `checks.json`. A percentile is shown when "
-        f"at least {stats.ENOUGH} requests lie beyond it (p95 needs "
+        f"failures; an open-model stage's percentiles from `{results.LATENCY_HLOG}`, every "
+        "request's time to 3 significant digits), `count.json` (the server's count), "
+        "`sampler.csv` (sockets, CPU), `metrics.json` (all derived numbers), `checks.json`. "
+        f"A percentile is shown when at least {stats.ENOUGH} requests lie beyond it (p95 needs "
         f"{stats.needed(0.95):,} requests, p99 {stats.needed(0.99):,}); otherwise "
         "`too few (N)`.",
         "",
@@ -285,6 +300,8 @@ def write(run_dir: Path) -> None:
     text = [
         *header(run_dir, info),
         summary_table(run_dir),
+        "",
+        sources_line(run_dir),
         "",
     ]
     text += [foreign_section(run_dir, info), ""]

@@ -10,7 +10,9 @@
   interval exp(mean log ± t * sd / sqrt(n)), and p the two-sided one-sample t test of
   the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
 - **A percentile** (`percentile`): Locust's own rule, so the lab's figures are the
-  ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`).
+  ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`). The
+  same rule reads Locust's buckets or an HdrHistogram's (benchmarks/latency_log.py):
+  SOURCES says how precise each is, and the report says which one a figure comes from.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from collections.abc import Mapping
 # the report, and starts without them (tests/lab/test_layout.py)
 ALPHA = 0.05  # a step is "significant" when its paired test's p is below this
 ENOUGH = 10  # requests beyond a percentile for it to be shown: p99 needs 1,000
+# where a percentile's times come from, and to what precision they are kept
+# (locust.stats.bucket_response_time; latency_log.DIGITS)
+SOURCES = {"locust": "Locust, 10 ms buckets to 1 s, 100 ms to 10 s",
+           "hdrhistogram": "HdrHistogram, 3 digits"}
 
 
 def t95(df: int) -> float:
@@ -85,7 +91,9 @@ def percentile(counts: Mapping[float, int], fraction: float) -> float | None:
     """The value `fraction` of the counted values are at or under, from {value: count},
     by Locust's rule (locust.stats.calculate_response_time_percentile: the value at
     rank int(n * fraction) + 1); None when nothing was counted. A list of values:
-    `percentile(collections.Counter(values), 0.95)`."""
+    `percentile(collections.Counter(values), 0.95)`. HdrHistogram's own
+    get_value_at_percentile (and its HistogramLogProcessor) takes rank round(n * fraction):
+    on the same .hlog it can give the next request down."""
     n = sum(counts.values())
     if not n:
         return None
