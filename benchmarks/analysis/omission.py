@@ -11,10 +11,12 @@ and the notebook say the same thing:
     omission.hockey_stick(rows, out="p99.png")      # p99 against offered load
     omission.spectrum(rows, out="spectrum.png")     # latency at 50 ... 99.99% under the stall
 
-Latencies are in ms. The closed model's are Locust's own (from when a user sent
-its request); the open model's count from each request's intended start. Percentiles
-follow the lab's one rule (stats.percentile, Locust's), and the table and the spectrum
-show one only where the runs had the requests to support it (stats.too_few).
+Latencies are in ms. The closed model's count from when a user sent its request;
+the open model's from each request's intended start. Percentiles follow the lab's one
+rule (stats.percentile, Locust's) on each run's `latency.hlog` (HdrHistogram, 3
+significant digits: column `percentiles_from`; a study from before it has Locust's
+buckets), and the table and the spectrum show one only where the runs had the
+requests to support it (stats.too_few).
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ SPECTRUM = (50, 90, 99, 99.9, 99.99)  # percentiles drawn by `spectrum`
 SLOW_MS = 1000  # a request this slow counts in `slow` (the stall's mark)
 COLUMNS = ("stage", "model", "level", "rate", "repeat", "users", "requests", "failures",
            "rps", *(f"p{str(p).replace('.', '_')}" for p in SPECTRUM), "max", "slow",
-           "late", "stall_s", "unreliable")
+           "late", "stall_s", "unreliable", "percentiles_from")
 SUMMARY_COLUMNS = ("stage", "level", "rate", "model", "n", "rps_mean", "p50_mean", "p50_low",
                    "p50_high", "p99_mean", "p99_low", "p99_high", "slow_mean", "late",
-                   "unreliable")
+                   "unreliable", "percentiles_from")
+FILES = {"hdrhistogram": "latency.hlog", "locust": "locust.json"}  # (results.py's names)
 COLORS = {"closed": "#1f77b4", "open": "#d62728"}
 
 
@@ -60,7 +63,7 @@ def ms(row: dict, p: float) -> str:
     percentile (a row of omission.csv, or of the summary with `requests`: its fewest)."""
     if stats.too_few(p / 100, row["requests"]):
         return f"too few ({row['requests'] or 0:,})"
-    return f"{row[column(p)]} ms"
+    return f"{_fmt(row[column(p)])} ms"
 
 
 def read(run_dir: Path) -> list[dict]:
@@ -114,7 +117,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                                for k in ("mean", "low", "high")},
                             "slow_mean": _r(stats.interval(r["slow"] for r in runs)["mean"]),
                             "late": sum(r.get("late") or 0 for r in runs),
-                            "unreliable": sum(bool(r.get("unreliable")) for r in runs)})
+                            "unreliable": sum(bool(r.get("unreliable")) for r in runs),
+                            "percentiles_from": source(runs)})
     return out
 
 
@@ -157,6 +161,18 @@ def _fmt(value) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def source(rows: list[dict]) -> str:
+    """Where the rows' percentiles come from: `hdrhistogram`, `locust` (a study from before
+    the .hlog) or both, `+`-joined."""
+    return "+".join(sorted({r.get("percentiles_from") or "locust" for r in rows}))
+
+
+def source_line(rows: list[dict]) -> str:
+    """`Percentiles: HdrHistogram, 3 digits (each run's latency.hlog).`"""
+    return "Percentiles: " + "; ".join(f"{stats.SOURCES[s]} (each run's {FILES[s]})"
+                                       for s in source(rows).split("+")) + "."
+
+
 def section(run_dir: Path) -> str:
     """report.md's section for a run that has both models, or ""."""
     rows = read(run_dir)
@@ -171,7 +187,7 @@ def section(run_dir: Path) -> str:
         "for a few seconds, 1 s after its load reached the app "
         "(benchmarks/studies/omission.py). A percentile is shown where every run had "
         f"at least {stats.ENOUGH} requests beyond it (p99: {stats.needed(0.99):,}).", "",
-        table(summarize(rows)), ""])
+        table(summarize(rows)), "", source_line(rows), ""])
 
 
 def write_report(run_dir: Path) -> str:
@@ -187,7 +203,7 @@ def write_report(run_dir: Path) -> str:
         f"# Coordinated omission, {run_dir.name}\n\n" + section(run_dir)
         + "\n![p99 against offered load](hockey_stick.png)\n\n"
         "![Percentile spectrum under the stall](spectrum.png)\n")
-    return table(summary)
+    return table(summary) + "\n\n" + source_line(rows)
 
 
 def _stages(rows: list[dict]) -> list[str]:

@@ -22,11 +22,12 @@ Only the room's history reads and posts are timed (`/rooms/[id]/messages`, 9 of
 the mix's 11): the sessions' log-ins at the start are not the load.
 
 Writes results/<timestamp>-omission/: `omission.csv` (a row per Locust run:
-p50, p90, p99, p99.9, p99.99 by the lab's one rule (benchmarks/analysis/stats.py;
-the table and the plots show one only where the run had the requests to support
-it), max, requests over 1 s, late starts), a folder per
-run with Locust's files, `omission-summary.csv` (means with 95% intervals over the
-repeats), `hockey_stick.png` and `spectrum.png`, `report.md` (`python -m
+p50, p90, p99, p99.9, p99.99 by the lab's one rule (benchmarks/analysis/stats.py)
+on the run's `latency.hlog` (every time to 3 significant digits; the table and the
+plots show a percentile only where the run had the requests to support it), max,
+requests over 1 s, late starts), a folder per run with Locust's files and its
+.hlog, `omission-summary.csv` (means with 95% intervals over the repeats),
+`hockey_stick.png` and `spectrum.png`, `report.md` (`python -m
 benchmarks.analysis.report FOLDER` rebuilds them) and `study.json` (the options,
 commit, versions, kernel); prints the table.
 
@@ -47,6 +48,7 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks import latency_log
 from benchmarks.analysis import metrics, omission
 from benchmarks.run import cli, environment, locust_cli, open_model, options, results, runner
 from benchmarks.run.cli import StageFailed, say
@@ -61,17 +63,18 @@ STUDY_JSON = "study.json"  # the environment (commit, versions, kernel) and the 
 STARTUP_S = 30  # most seconds for Locust to come up and the load to reach the app
 
 
-def histogram(out_dir: Path) -> tuple[dict[int, int], int, float]:
-    """The timed requests' {ms: count} and failures, from Locust's --json-file, and the
-    answered requests a second of the whole mix (as the offered rate counts them)."""
+def histogram(out_dir: Path) -> tuple[dict[float, int], int, float]:
+    """The timed requests' {ms: count} from the run's .hlog (every time to 3 significant
+    digits, where Locust's buckets are 100 ms wide past a second), their failures from
+    Locust's --json-file, and the answered requests a second of the whole mix (as the
+    offered rate counts them)."""
     entries = results.read_json(out_dir / results.LOCUST_JSON)
     timed = [e for e in entries if e["name"] == TIMED]
-    if not timed or not sum(e["num_requests"] for e in timed):
-        raise StageFailed(f"Locust timed no {TIMED} request; see {out_dir / 'locust.log'}")
-    times: dict[int, int] = {}
-    for e in timed:
-        for ms, n in e["response_times"].items():
-            times[int(float(ms))] = times.get(int(float(ms)), 0) + n
+    hlog = out_dir / results.LATENCY_HLOG
+    if not timed or not sum(e["num_requests"] for e in timed) or not hlog.exists():
+        raise StageFailed(f"Locust timed no {TIMED} request (or wrote no {hlog.name}); see "
+                          f"{out_dir / 'locust.log'}")
+    times = latency_log.times_ms(hlog, lambda tag: latency_log.name_of(tag) == TIMED)
     return times, sum(e["num_failures"] for e in timed), metrics.group_rps(entries)
 
 
@@ -125,7 +128,8 @@ def locust_options(url: str, users: int, rate: float, seconds: int, users_file: 
             "--arrival-rate", f"{rate:g}", "--arrival-file",
             str(out_dir / locust_cli.ARRIVALS_JSON),
             "--chat-users-file", str(users_file),
-            "--json-file", str(out_dir / results.LOCUST_JSON.removesuffix(".json"))]
+            "--json-file", str(out_dir / results.LOCUST_JSON.removesuffix(".json")),
+            "--latency-file", str(out_dir / results.LATENCY_HLOG)]
 
 
 def run_load(ctx: dict, model: str, rate: float, out_dir: Path, stall: float = 0.0) -> dict:
@@ -152,7 +156,8 @@ def run_load(ctx: dict, model: str, rate: float, out_dir: Path, stall: float = 0
     counts = open_model.read(out_dir) or {}
     return {"model": model, "rate": round(rate, 1), "users": users,
             "requests": sum(times.values()), "failures": failures, "rps": rps,
-            **omission.figures(times), "late": counts.get("late"), "stall_s": stall,
+            **omission.figures(times), "percentiles_from": "hdrhistogram",
+            "late": counts.get("late"), "stall_s": stall,
             # the open model's figures are the client's too when it could not keep the
             # schedule (benchmarks/run/open_model.py)
             "unreliable": open_model.unreliable(counts) if counts else ""}

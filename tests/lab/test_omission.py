@@ -15,8 +15,9 @@ import psutil
 import pytest
 from conftest import run_module, running_with
 
+from benchmarks import latency_log
 from benchmarks.analysis import omission, report
-from benchmarks.run import options
+from benchmarks.run import options, results
 from benchmarks.sandbox import hosts
 from benchmarks.studies import omission as study
 
@@ -78,6 +79,9 @@ def test_the_report_section_needs_both_models(tmp_path):
     omission.write(tmp_path / omission.OMISSION_CSV, omission.COLUMNS, ROWS)
     assert omission.read(tmp_path)[0]["p50"] == 10  # numbers back as numbers
     assert "## The closed and the open model" in omission.section(tmp_path)
+    # rows from before the .hlog: their percentiles are Locust's, and the section says so
+    assert ("Percentiles: Locust, 10 ms buckets to 1 s, 100 ms to 10 s (each run's "
+            "locust.json).") in omission.section(tmp_path)
     omission.write(tmp_path / omission.OMISSION_CSV, omission.COLUMNS,
                    [r for r in ROWS if r["model"] == "open"])
     assert omission.section(tmp_path) == ""
@@ -148,6 +152,14 @@ def test_a_stall_is_every_scheduled_request_open_and_one_per_user_closed(tmp_pat
     # 1 s (about `rate` of them); the closed model: each user was stuck on one request
     assert got["open"]["slow"] >= rate // 2, got
     assert 1 <= got["closed"]["slow"] <= users, got
+    # each run's percentiles are its .hlog's timed rows: every one Locust counted
+    for model, r in got.items():
+        hlog = latency_log.read(run_dir / "02-connection-pool" / f"stall-{model}" /
+                                results.LATENCY_HLOG)
+        assert sum(h.get_total_count() for tag, h in hlog.items()
+                   if latency_log.name_of(tag) == study.TIMED) == r["requests"], r
+        assert r["percentiles_from"] == "hdrhistogram", r
+    assert "Percentiles: HdrHistogram, 3 digits (each run's latency.hlog)." in output
     assert (run_dir / "spectrum.png").exists()
     assert hosts.owned_namespaces(started[0]) == [] and running_with(str(tmp_path)) == []
     # no gunicorn worker left stopped (SIGCONT came before the stage's stop)
