@@ -85,6 +85,7 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
         report.write(run_dir)
         say("")
         say(report.summary_table(run_dir))
+        say(report.sources_line(run_dir))
         over_repeats = report.repeats_section(run_dir)
         if over_repeats:
             say("")

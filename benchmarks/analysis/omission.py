@@ -112,7 +112,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                             "model": model, "n": p99["n"],
                             "requests": min(r["requests"] or 0 for r in runs),
                             "rps_mean": _r(stats.interval(r["rps"] for r in runs)["mean"]),
-                            **{f"{name}_{k}": _r(iv[k]) for name, iv in (("p50", p50),
+                            **{f"{name}_{k}": _r(iv[k], 3) for name, iv in (("p50", p50),
                                                                         ("p99", p99))
                                for k in ("mean", "low", "high")},
                             "slow_mean": _r(stats.interval(r["slow"] for r in runs)["mean"]),

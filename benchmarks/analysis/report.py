@@ -93,14 +93,18 @@ def sources_line(run_dir: Path) -> str:
     """Which source each stage's p50/p95/p99 come from, and its precision (stats.SOURCES):
     an open-model stage's from its .hlog (open_model.percentile_source), others Locust's."""
     by_source: dict[str, list[str]] = {}
+    acks = False
     for r in stage_results(run_dir):
         by_source.setdefault(open_model.percentile_source(r["dir"]), []).append(
             r["stage"].dirname)
+        acks = acks or r["metrics"].get("sio_p95_ms") is not None
     files = {"locust": results.LOCUST_JSON, "hdrhistogram": results.LATENCY_HLOG}
     said = [f"{stats.SOURCES[source]} (`{files[source]}`) in {', '.join(names)}"
             for source, names in by_source.items()]
-    return ("p50, p95, p99 from " + "; from ".join(said) + ". Ack p95: Locust's."
-            if said else "")
+    if not said:
+        return ""
+    return "p50, p95, p99 from " + "; from ".join(said) + (
+        ". Ack p95 from Locust's." if acks else ".")
 
 
 def repeats_section(run_dir: Path) -> str:
@@ -376,6 +380,7 @@ def main(argv=None) -> int:
         return 2
     write(run_dir.resolve())
     print(summary_table(run_dir))
+    print(sources_line(run_dir))
     return 0
 
 
