@@ -10,9 +10,11 @@ gaps), each in a greenlet of its own, and times each from its *intended* start:
 a request that waited for a free connection, or for the client's CPU, waited on
 the users' clock too.
 
-Locust's own statistics keep every response time (rounded to two significant
-digits above 100 ms, never sampled), so their percentiles keep the tail.
-Requests that could not start on time are counted, never dropped silently:
+Locust's own statistics keep every response time, never sampled, but rounded
+(100 ms buckets past a second); the same time goes into the stage's HdrHistogram
+too (`--latency-file`, chat.py's, latency_log.py: 3 significant digits), and the
+open model's percentiles come from it. Requests that could not start on time
+are counted, never dropped silently:
 `late` (the scheduler woke over `LATE_S` after the intended start: a busy client)
 and `not_started` (`--arrival-max-in-flight` requests already waiting), written
 to `--arrival-file` when the test stops (in distributed mode by the master, every

@@ -2,7 +2,8 @@
 
 Each objective names a figure of a measured stage (metrics.json) or of a `--target`
 run (Locust's totals), a comparison and a value with its unit. Latencies are the
-client's, what a user waits (Locust's percentiles); the entry point's own are
+client's, what a user waits (Locust's percentiles; the open model's from its
+.hlog, benchmarks/run/open_model.py); the entry point's own are
 `server_p50`... and are shown beside the client's. A stage that misses one makes
 `lab run` exit 1, so the lab can gate a CI job against a service; a malformed
 objective is refused before anything starts (exit 2), with the grammar.
