@@ -64,7 +64,6 @@ def percentile_source(stage_dir: Path) -> str:
     return "locust"
 
 
-
 def percentiles(stage_dir: Path, keep: Callable[[str], bool]) -> dict:
     """`{p50_ms, p95_ms, p99_ms}` from the .hlog's rows that `keep` takes (a tag,
     `METHOD:name`), by the lab's rule (stats.percentile), to the µs; {} where the stage's

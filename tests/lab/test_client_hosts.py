@@ -10,8 +10,9 @@ import re
 import pytest
 from test_lab import lab, leftovers
 
-from benchmarks import stages
+from benchmarks import latency_log, stages
 from benchmarks.analysis import metrics
+from benchmarks.run import results
 
 
 @pytest.mark.netns
@@ -65,6 +66,11 @@ def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     stats = (stage_dir / "locust_stats.csv").read_text()
     assert "/auth/login" in stats and "/auth/register" not in stats  # the master's accounts
     assert sorted(p.name for p in stage_dir.glob("sessions*")) == ["sessions.json"]
+    # every request's time reached the master's .hlog, each worker's histograms added up:
+    # as many as Locust counted (HTTP and Socket.IO acks)
+    hlog = latency_log.read(stage_dir / results.LATENCY_HLOG)
+    assert hlog[None].get_total_count() == sum(o["latency"]["requests"] for o in own) == (
+        m["requests"] + m["sio_requests"]), (own, m["requests"], m["sio_requests"])
     assert leftovers(result.pid) == []
 
 
