@@ -36,6 +36,11 @@ LAB_ARGS ?=
 # exercises use it), `wrk` (a second load tool, to cross-check Locust), and headless
 # Chromium with its driver (tests/lab/test_ui.py opens Locust's web UI in it).
 SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:net-tools sysctl:procps taskset:util-linux curl:curl wrk:wrk chromium:chromium chromedriver:chromium-driver
+# hdrhistogram has wheels for x86_64 only: elsewhere (an arm64 laptop's VM or image) pip
+# builds it from its sdist, with gcc and the Python headers (setup/arm64_wheels.py).
+MACHINE ?= $(shell uname -m)
+HEADERS_CHECK = $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' 2>/dev/null
+BUILD_TOOLS_CHECK = $(if $(filter x86_64,$(MACHINE)),,command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; $(HEADERS_CHECK) || missing="$$missing python3-dev";)
 
 .PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-fast lint lab book clean image image-test
 
@@ -65,6 +70,7 @@ system-packages: preflight
 	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	$(BUILD_TOOLS_CHECK) \
 	if [ -n "$$missing" ]; then \
 	  if ! command -v apt-get >/dev/null 2>&1; then \
 	    echo "setup: missing system packages (Debian's names):$$missing; no apt-get here: install them with this system's package manager, then run make again"; \

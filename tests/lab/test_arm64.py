@@ -51,3 +51,15 @@ def test_the_box_installs_by_its_markers(tmp_path):
     assert pins == [("async-timeout", "5.0.1"), ("flask", "3.1.3"), ("numpy", "2.4.6")]
     assert left_out == {"numpy==2.5.5": "python_full_version >= '3.12'",
                         "pywin32==312": "sys_platform == 'win32'"}
+
+
+@pytest.mark.parametrize("machine, builds", [("aarch64", True), ("x86_64", False)])
+def test_setup_brings_a_compiler_where_a_package_builds_from_its_sdist(machine, builds):
+    """hdrhistogram is "sdist only" on aarch64: there `make setup` checks for gcc and
+    the Python headers (and installs gcc, python3-dev); on x86_64 its wheel needs neither."""
+    import subprocess
+
+    from benchmarks.stages import ROOT
+    shown = subprocess.run(["make", "-n", "system-packages", f"MACHINE={machine}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60).stdout
+    assert ("command -v gcc" in shown and "python3-dev" in shown) is builds, shown[-2000:]
