@@ -99,6 +99,10 @@ EADDRNOTAVAIL = _ge("nginx_eaddrnotavail", 1,
 FAILED = _ge("failures", 1, "requests fail with 502 once no local port is free")
 UPSTREAM_REUSED = _le("tw_upstream_per_request", 0.05,
                       "Nginx reuses its cached upstream connections: ~0 TIME_WAIT")
+# Stage 9: the Socket.IO path's own upstream, to the gevent server
+UPSTREAM_SOCKETIO_REUSED = _le("tw_upstream_socketio_per_request", 0.05,
+                               "no churn toward the Socket.IO server either: a websocket is "
+                               "one upstream connection for its whole session")
 NO_EADDRNOTAVAIL = _eq("nginx_eaddrnotavail", 0, "no connect() failure in Nginx's error log")
 NO_FAILURES = _eq("failures", 0, "every request answered")
 SPREAD_LOW = _ge("app_share_min", 0.35,
@@ -107,6 +111,10 @@ SPREAD_HIGH = _le("app_share_max", 0.65, "and none answers more than 65%")
 DELIVERED = _eq("cross_host_delivered", 1,
                 "a message sent on one app host reaches a room member connected to the "
                 "other: the app servers share Socket.IO's rooms through Redis")
+DELIVERED_OVER_HTTP = _eq("cross_host_delivered", 1,
+                          "a message posted over HTTP to granian reaches a room member whose "
+                          "websocket the gevent server holds: the two servers share "
+                          "Socket.IO's rooms through Redis")
 NO_SEQ_GAPS = _eq("cross_host_seq_gaps", 0, "the member sees the room's `seq` without a gap")
 POLLING_400S = _ge("sio_session_400s", 1,
                    "round robin sends a polling session's requests to either app host; the "
@@ -145,6 +153,9 @@ RACED = _ge("upstream_prematurely_closed", 1,
             "1 s keep-alive, closes it: the request meets a reset or a FIN")
 POST_502 = _ge("post_502s", 1,
                "Nginx retries a GET on a new connection, never a POST: a POST is answered 502")
+SOCKETIO_SERVED = _eq("sio_failures", 0,
+                      "every Socket.IO message acknowledged: Nginx sends /socket.io/ to the "
+                      "gevent server, which holds the websockets")
 WEBSOCKETS_SERVED = _eq("sio_failures", 0,
                         "each websocket holds a thread for its whole life: 10 Socket.IO users "
                         "take 10 of the 4 x 16 threads, and the HTTP users still find one")

@@ -194,6 +194,9 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
         cpus = " ".join(box.prefix(role)[-1:]) if "taskset" in box.prefix(role) else "-"
         lines.append(f"  host {role:<{width}} {where:<18} "
                      f"{box.namespace(role) or 'the machine'}, CPUs {cpus}")
+        if stage.socketio_server and role in stage.app_roles:
+            lines.append(f"  {'':<{width + 5}} {box.socketio_url(role).split('//')[1]:<18} "
+                         "its Socket.IO server (/socket.io/)")
     # the port is the one chosen, with --ui-port 0
     if ui_address == "127.0.0.1":
         lines.append(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
@@ -299,7 +302,8 @@ def say_stage(s: stages.Stage) -> None:
     front = f"nginx/{s.front}" if s.front else "no proxy"
     say(f"{s.key:>2}  {s.slug}: {s.title}")
     for role in s.app_roles:
-        say(f"    {' '.join(s.server_command(stages.ADDRESS[role]))}")
+        for server, command in s.commands(stages.ADDRESS[role]).items():
+            say(f"    {' '.join(command)}" + ("  (/socket.io/)" if server == "socketio" else ""))
     env = stages.ENVIRONMENTS[s.environment]
     say(f"    from {env.venv}: {env.holds}")
     say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "

@@ -24,6 +24,7 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     CONNECT_CPU_GONE,
     CUT_OFF,
     DELIVERED,
+    DELIVERED_OVER_HTTP,
     EADDRNOTAVAIL,
     FAILED,
     FRONT_CHURN,
@@ -46,6 +47,7 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     REDIS_CHURN,
     REDIS_OPEN,
     REDIS_REUSED,
+    SOCKETIO_SERVED,
     SPREAD_HIGH,
     SPREAD_LOW,
     SYN_RETRIED,
@@ -54,6 +56,7 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     TW_OVERFLOWED,
     TWO_KEYS,
     UPSTREAM_REUSED,
+    UPSTREAM_SOCKETIO_REUSED,
     WEBSOCKETS_SERVED,
     Check,
 )
@@ -91,6 +94,9 @@ CLIENT_SYSCTL = ("baseline", "client")
 # exercises can show them as they are.
 REDIS_PORT = 6379
 APP_PORT = 8000
+# Stage 9's Socket.IO server, beside its HTTP server on the same app host (Nginx routes
+# /socket.io/ here, the rest to APP_PORT).
+SOCKETIO_PORT = 8001
 FRONT_PORT = 8080
 # Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
 NGINX_WORKER_CONNECTIONS = 4096
@@ -141,6 +147,12 @@ GUNICORN_GTHREAD = ("gunicorn", "-c", "gunicorn/gthread.conf.py", "-b", "{app_ho
 # Stage 8, today's stack: the worker and settings the measurements picked (lab 13).
 GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:{app_port}",
                   "app.wsgi:app")
+# Stage 9: every HTTP route on granian, a Rust server, through its WSGI interface; the
+# options are the config (granian also reads each as GRANIAN_<NAME>), chosen by
+# measurement on the lab's one server core (granian/README.md says why each).
+GRANIAN_TODAY = ("granian", "--interface", "wsgi", "--workers", "1",
+                 "--blocking-threads", "1", "--no-ws", "--host", "{app_host}",
+                 "--port", "{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
                    "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
@@ -181,7 +193,8 @@ SETS = {s.name: s for s in (
     StageSet("gevent", "labs 04-06", "the eventlet stages' gevent twins, beside them"),
     StageSet("scale-out", "lab 10", "two app hosts: round robin, polling, sticky sessions"),
     StageSet("failures", "lab 11", "failures from production, each beside its base stage"),
-    StageSet("today", "lab 13", "today's workers beside the book's eventlet: gthread"),
+    StageSet("today", "labs 13, 15", "today's servers beside the book's eventlet: gthread, "
+             "granian"),
 )}
 EVERYTHING = "everything"  # every stage of every set
 
@@ -208,6 +221,9 @@ class Stage:
     client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
     burst_every: float = 0.0  # the chat users' bursts (--chat-burst-every); 0: a steady load
     environment: str = CURRENT  # the venv its servers start from (ENVIRONMENTS)
+    # A server of its own for the Socket.IO path, on SOCKETIO_PORT of each app host, which
+    # the stage's Nginx file routes /socket.io/ to; None: `server` serves both.
+    socketio_server: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if self.set_name not in SETS:
@@ -222,6 +238,9 @@ class Stage:
             raise ValueError(f"stage {self.key}: client_hosts must be 1-{len(CLIENT_ROLES)}")
         if self.socketio_transport not in ("websocket", "polling"):
             raise ValueError(f"stage {self.key}: socketio_transport is websocket or polling")
+        if self.socketio_server and not self.front:
+            raise ValueError(f"stage {self.key}: a Socket.IO server of its own needs a proxy "
+                             "in front to route /socket.io/ to it")
 
     @property
     def failure(self) -> bool:
@@ -238,6 +257,23 @@ class Stage:
                        app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
 
+    def socketio_command(self, app_host: str = ADDRESS["app"],
+                         port: int = SOCKETIO_PORT) -> list[str] | None:
+        """The Socket.IO server's command (socketio_server), or None where `server`
+        serves Socket.IO too."""
+        if not self.socketio_server:
+            return None
+        return [part.format(app_host=app_host, app_port=port) for part in self.socketio_server]
+
+    def commands(self, app_host: str = ADDRESS["app"], app_port: int = APP_PORT,
+                 socketio_port: int = SOCKETIO_PORT) -> dict[str, list[str]]:
+        """The servers of one app host, by what they serve: `http` (and Socket.IO
+        where the stage has no Socket.IO server of its own), `socketio`."""
+        found = {"http": self.server_command(app_host, app_port)}
+        if self.socketio_server:
+            found["socketio"] = self.socketio_command(app_host, socketio_port)
+        return found
+
     @property
     def chat_settings(self) -> dict[str, object]:
         """The chat scenario's settings (benchmarks/chat.py, `--chat-NAME`) this stage
@@ -249,12 +285,13 @@ class Stage:
 
     @property
     def gunicorn_config(self) -> str | None:
-        """The gunicorn config file the server command names (`-c gunicorn/sync.conf.py`),
-        relative to the repository root; None for a server that is not gunicorn."""
-        server = list(self.server)
-        if "gunicorn" not in server or "-c" not in server:
-            return None
-        return server[server.index("-c") + 1]
+        """The gunicorn config file a server command names (`-c gunicorn/sync.conf.py`),
+        relative to the repository root: the HTTP server's, or the Socket.IO server's
+        when only that is gunicorn (stage 9); None where no server is gunicorn."""
+        for server in (self.server, self.socketio_server or ()):
+            if "gunicorn" in server and "-c" in server:
+                return server[list(server).index("-c") + 1]
+        return None
 
     @property
     def app_roles(self) -> tuple[str, ...]:
@@ -289,17 +326,22 @@ class Stage:
         """The sampler's classes on hosts: name -> (connecting host, listening host, port);
         several app hosts are one side of a class, joined by `+` (`app+app2`)."""
         apps = "+".join(self.app_roles)
+        socketio = {"upstream_socketio": ("proxy", apps, SOCKETIO_PORT)} \
+            if self.socketio_server else {}
         if self.front:
             return {"redis": (apps, "redis", REDIS_PORT),
-                    "upstream": ("proxy", apps, APP_PORT),
+                    "upstream": ("proxy", apps, APP_PORT), **socketio,
                     "front": ("client", "proxy", FRONT_PORT)}
         return {"redis": (apps, "redis", REDIS_PORT), "front": ("client", apps, APP_PORT)}
 
     def connection_classes(self, redis_port: int = REDIS_PORT, app_port: int = APP_PORT,
-                           front_port: int = FRONT_PORT) -> dict[str, int]:
+                           front_port: int = FRONT_PORT,
+                           socketio_port: int = SOCKETIO_PORT) -> dict[str, int]:
         """The sampler's connection classes: name -> the port that marks them."""
+        socketio = {"upstream_socketio": socketio_port} if self.socketio_server else {}
         if self.front:
-            return {"redis": redis_port, "upstream": app_port, "front": front_port}
+            return {"redis": redis_port, "upstream": app_port, **socketio,
+                    "front": front_port}
         return {"redis": redis_port, "front": app_port}
 
 
@@ -311,6 +353,10 @@ CODE_ITSELF = {"FLASK_FUSED_ROUND_TRIPS": "1", "FLASK_TOKEN_CACHE_SIZE": "4096",
 TODAY = {**CODE_ITSELF, "FLASK_SOCKETIO_ASYNC_MODE": "gevent"}  # stage 8: stage 7's code
 
 THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (app/realtime.py)
+# Stage 9: stage 7's code on two servers, each with its own Socket.IO mode: threading
+# under granian (which patches nothing), gevent under gunicorn's gevent worker. "auto"
+# (the default, app/realtime.py) takes the mode each process runs.
+SPLIT = CODE_ITSELF
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline",),
@@ -420,6 +466,15 @@ STAGES: tuple[Stage, ...] = (
           checks=(TOKEN_CPU_DOWN, UPSTREAM_REUSED, NO_FAILURES),
           see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
+    Stage(key="9", slug="rust-http-server", title="the HTTP API on a Rust server",
+          server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool",
+          front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"),
+          users=ASYNC_USERS, env=SPLIT, set_name="today",
+          checks=(UPSTREAM_REUSED, UPSTREAM_SOCKETIO_REUSED, DELIVERED_OVER_HTTP,
+                  NO_FAILURES, SOCKETIO_SERVED),
+          see="stage 8's code with every HTTP route on granian and Socket.IO on stage 8's "
+              "gevent worker, Nginx splitting by location: a message posted over HTTP "
+              "still reaches the room's websocket listeners, through Redis"),
     # the failures set (`--stages failures`, lab 11): each beside its base stage
     Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),

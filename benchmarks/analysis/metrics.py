@@ -50,7 +50,7 @@ SOCKETIO_TYPE = "WSIO"
 # count, the report flags the stage: one of the two is not counting what it should.
 COUNT_GAP_LIMIT = 0.02
 # The sampler's connection classes (benchmarks/stages.py: Stage.connection_classes).
-CLASSES = ("redis", "upstream", "front")
+CLASSES = ("redis", "upstream", "upstream_socketio", "front")
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,17 @@ CATALOGUE: dict[str, Metric] = {
     "tw_upstream_server_peak": Metric(f"{_SAMPLER} tw_upstream_server", _SERVER_SIDE),
     "estab_upstream_peak": Metric(f"{_SAMPLER} estab_upstream", "most ESTABLISHED connections"),
     "tw_upstream_per_request": Metric(f"{_SAMPLER} tw_upstream, {_LOCUST}", _PER_REQUEST),
+    # Nginx -> the Socket.IO server (stage 9: /socket.io/ on a server of its own)
+    "tw_upstream_socketio_peak": Metric(f"{_SAMPLER} tw_upstream_socketio",
+                                        "most TIME_WAIT sockets"),
+    "tw_upstream_socketio_client_peak": Metric(f"{_SAMPLER} tw_upstream_socketio_client",
+                                               _CLIENT_SIDE),
+    "tw_upstream_socketio_server_peak": Metric(f"{_SAMPLER} tw_upstream_socketio_server",
+                                               _SERVER_SIDE),
+    "estab_upstream_socketio_peak": Metric(f"{_SAMPLER} estab_upstream_socketio",
+                                           "most ESTABLISHED connections"),
+    "tw_upstream_socketio_per_request": Metric(f"{_SAMPLER} tw_upstream_socketio, {_LOCUST}",
+                                               _PER_REQUEST),
     # client -> entry port
     "tw_front_peak": Metric(f"{_SAMPLER} tw_front", "most TIME_WAIT sockets"),
     "tw_front_client_peak": Metric(f"{_SAMPLER} tw_front_client", _CLIENT_SIDE),

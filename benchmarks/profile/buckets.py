@@ -26,7 +26,8 @@ BUCKETS = {
                      "per request, connecting (with its handshake) and disconnecting",
     "redis_commands": "Redis commands: the rest of redis-py (pack, send, read, parse)",
     "http_server": "HTTP parsing and the server's own loop: gunicorn, werkzeug's server "
-                   "and request parsing, eventlet's and gevent's hubs, selectors",
+                   "and request parsing, eventlet's and gevent's hubs, selectors, granian's "
+                   "Python glue (its Rust, with no Python frame, is not sampled)",
     "flask": "Flask routing and request hooks: flask, werkzeug's routing and context locals",
     "json": "JSON: encoding and decoding (json, Flask's provider)",
     "token": "the token check: app/tokens.py and what it calls (itsdangerous' signature; "
@@ -61,7 +62,7 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "eventlet/greenpool.py:*", "eventlet/wsgi.py:*", "gevent/hub.py:*",
                      "gevent/_hub*", "gevent/baseserver.py:*", "gevent/server.py:*",
                      "gevent/pywsgi.py:*", "gevent/greenlet.py:*", "socketserver.py:*",
-                     "http/server.py:*", "selectors.py:*", "wsgiref/*")),
+                     "http/server.py:*", "selectors.py:*", "wsgiref/*", "granian/*")),
 )
 
 

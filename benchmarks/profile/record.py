@@ -4,7 +4,13 @@ Purpose: the sampler says how much CPU the app server used; this says on what.
 `recording` runs `py-spy record` on the first app host's server process and its
 children (`--subprocesses`: gunicorn's workers; `flask run` is one process) for
 the measured window, then draws the flame graph. A stage with two app hosts is
-profiled on `app` only.
+profiled on `app` only. A stage with two servers on its app host (stage 9: granian
+for HTTP, gunicorn for Socket.IO) gets a py-spy on each, their stacks in one file.
+
+granian's HTTP work is Rust on threads with no Python frame: py-spy, which reads
+Python stacks, sees the app's code in granian's blocking threads (and granian's
+small Python glue, granian/wsgi.py), not the HTTP parsing and socket I/O, which the
+sampler's CPU still counts (benchmarks/profile/buckets.py, `unseen`).
 
 Requirements: py-spy (`make setup` installs it; `.venv/bin/pip install py-spy`)
 and permission to ptrace the server (root, or kernel.yama.ptrace_scope 0). Without
@@ -21,7 +27,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -80,27 +86,46 @@ def _drawn(stage_dir: Path, proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def recording(pid: int, prefix: list[str], stage_dir: Path, seconds: float,
+def recording(pids: int | Sequence[int], prefix: list[str], stage_dir: Path, seconds: float,
               on: bool = True) -> Iterator[None]:
-    """py-spy on `pid` while the block runs (at most `seconds`), then its flame graph.
+    """py-spy on each of `pids` while the block runs (at most `seconds`), then one flame
+    graph of them all.
 
     `prefix` runs it (the sampler's: the client's CPUs). Stopped in every case: it
     ends by itself after `seconds`; on an error or Ctrl-C it gets SIGINT, on which
     it writes what it has, then KILL."""
-    proc = None
+    pids = [pids] if isinstance(pids, int) else list(pids)
+    stacks = stage_dir / results.PROFILE_STACKS
+    # the first server's stacks go to profile.folded, another's beside it until joined
+    outs = [stacks, *(stacks.with_name(f"{stacks.name}.{k}") for k in range(1, len(pids)))]
+    running = []
     if on and found():
-        proc = procs.start([*prefix, *command(pid, stage_dir / results.PROFILE_STACKS,
-                                              seconds)],
-                           log=stage_dir / results.PROFILE_LOG, env=procs.child_env(), cwd=ROOT)
+        running = [procs.start([*prefix, *command(pid, out, seconds)],
+                               log=stage_dir / results.PROFILE_LOG, env=procs.child_env(),
+                               cwd=ROOT) for pid, out in zip(pids, outs, strict=True)]
     try:
         yield
-        if proc is not None:
+        for proc in running:
             try:
                 proc.wait(timeout=WRITE_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 pass
     finally:
         with sandbox.uninterrupted():
-            procs.stop(proc, sig=signal.SIGINT)
-    if proc is not None:
-        _drawn(stage_dir, proc)
+            for proc in running:
+                procs.stop(proc, sig=signal.SIGINT)
+    if running:
+        joined(stacks, outs[1:])
+        _drawn(stage_dir, running[0])
+
+
+def joined(stacks: Path, parts: list[Path]) -> None:
+    """Each part's stacks appended to `stacks` (a stack starts with its process, so the
+    servers stay apart in the flame graph), and the part deleted."""
+    for part in parts:
+        if part.exists():
+            text = part.read_text(errors="replace")
+            before = stacks.read_text(errors="replace") if stacks.exists() else ""
+            stacks.write_text(before + ("\n" if before and not before.endswith("\n") else "")
+                              + text)
+            part.unlink()

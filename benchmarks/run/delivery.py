@@ -10,15 +10,22 @@ other, each acknowledged once Redis stored it; the member counts the room's
 `newMessage` events carrying them and checks that the room's `seq` rises by one
 from each to the next. What it missed live it then fetches from the history
 (`joinRoom {after}`, as benchmarks/chat_socket.py does): the result
-counts both (`missed_live`, `caught_up`) and what is missing even so.
+counts both (`missed_live`, `caught_up`) and what is missing even so. With
+`--over-http` the sender opens no socket and posts each message over HTTP
+(`POST /rooms/<id>/messages`, stored once answered 201) instead: stage 9, where
+granian serves the HTTP API and gunicorn's gevent worker the websockets, on two
+ports of one app host.
 
     python -m benchmarks.run.delivery http://198.18.0.30:8000 http://198.18.0.31:8000 \\
         --users-file results/up/06-scale-out/users.json [--messages 20] [--json F]
+    python -m benchmarks.run.delivery http://198.18.0.30:8000 http://198.18.0.30:8001 \\
+        --users-file results/up/09-rust-http-server/users.json --over-http
 
 Run it on a lab host (`lab exec -- ...`): the lab's addresses exist only there.
 Writes `{sent, received, seq_gaps, missed_live, caught_up, missing, from, to,
-sender_pid, member_pid}`; exit 0 when every message arrived live and in order, 1
-when not, 2 on bad input or when a URL does not answer.
+sender_pid, member_pid, over}` (`over`: `socketio` or `http`, where `sender_pid` is
+None); exit 0 when every message arrived live and in order, 1 when not, 2 on bad
+input or when a URL does not answer.
 """
 
 from __future__ import annotations
@@ -114,6 +121,19 @@ class Member:
             raise ProbeError(f"joinRoom at {self.url}: {ack}")
         return ack.get("pid")
 
+    def send(self, content: str) -> int | None:
+        """A message sent on this user's socket; its id once acknowledged (None: not)."""
+        ack = self.sio.call("sendMessage", {"roomId": self.room, "content": content,
+                                            "clientId": uuid.uuid4().hex}, timeout=TIMEOUT)
+        return ack["id"] if isinstance(ack, dict) and "id" in ack else None
+
+    def post(self, content: str) -> int | None:
+        """A message posted over HTTP; its id once stored (201), None otherwise."""
+        r = requests.post(f"{self.url}/rooms/{self.room}/messages", json={"content": content},
+                          headers={"Authorization": f"Bearer {self.token}",
+                                   "Idempotency-Key": uuid.uuid4().hex}, timeout=TIMEOUT)
+        return r.json().get("id") if r.status_code == 201 else None
+
     def wait_for(self, contents: set[str], timeout: float) -> list[dict]:
         """The messages with these contents that arrived within `timeout`, in order."""
         def mine():
@@ -123,20 +143,20 @@ class Member:
             return mine()
 
 
-def probe(sender_url: str, member_url: str, accounts: list[dict], messages: int) -> dict:
+def probe(sender_url: str, member_url: str, accounts: list[dict], messages: int,
+          over_http: bool = False) -> dict:
     a, b = pair(sender_url, accounts)
     sender, member = Member(sender_url, a, b["id"]), Member(member_url, b, a["id"])
     try:
-        pids = sender.join(), member.join()
+        pids = (None if over_http else sender.join()), member.join()
         tag = uuid.uuid4().hex[:8]
         contents, acked = set(), set()
         for i in range(messages):
             content = f"delivery probe {tag} {i + 1}"
-            ack = sender.sio.call("sendMessage", {"roomId": sender.room, "content": content,
-                                                  "clientId": uuid.uuid4().hex}, timeout=TIMEOUT)
-            if isinstance(ack, dict) and "id" in ack:
+            sent = sender.post(content) if over_http else sender.send(content)
+            if sent is not None:
                 contents.add(content)
-                acked.add(ack["id"])
+                acked.add(sent)
         started = time.monotonic()
         got = member.wait_for(contents, TIMEOUT)
         seqs = [m.get("seq") for m in got]
@@ -149,10 +169,12 @@ def probe(sender_url: str, member_url: str, accounts: list[dict], messages: int)
                 "missing": len(missed - fetched), "asked": messages,
                 "from": sender_url, "to": member_url, "room": sender.room,
                 "sender_pid": pids[0], "member_pid": pids[1],
+                "over": "http" if over_http else "socketio",
                 "waited_s": round(time.monotonic() - started, 3)}
     finally:
         for m in (sender, member):
-            m.sio.disconnect()
+            if m.sio.connected:
+                m.sio.disconnect()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="`flask seed-users --friends N --out FILE`'s file")
     parser.add_argument("--messages", type=int, default=20, help="messages to send (20)")
     parser.add_argument("--json", dest="json_out", type=Path, help="write the result here")
+    parser.add_argument("--over-http", action="store_true",
+                        help="post each message over HTTP to the sender's URL (no socket "
+                             "there): a server with the HTTP API only, such as stage 9's")
     args = parser.parse_args(argv)
     if not 1 <= args.messages <= 1000:
         parser.error(f"--messages must be 1-1000 (got {args.messages})")
@@ -179,14 +204,15 @@ def main(argv: list[str] | None = None) -> int:
         accounts = json.loads(args.users_file.read_text())
         accounts = accounts["users"] if isinstance(accounts, dict) else accounts
         result = probe(args.sender.rstrip("/"), args.member.rstrip("/"), accounts,
-                       args.messages)
+                       args.messages, args.over_http)
     except (OSError, ValueError, KeyError, ProbeError, requests.RequestException) as e:
         print(f"delivery: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=1) + "\n")
     ok = result["received"] == result["sent"] == args.messages and result["seq_gaps"] == 0
-    print(f"delivery: {result['received']} of {result['sent']} messages sent on "
+    how = "posted over HTTP to" if args.over_http else "sent on"
+    print(f"delivery: {result['received']} of {result['sent']} messages {how} "
           f"{result['from']} (pid {result['sender_pid']}) reached the member on "
           f"{result['to']} (pid {result['member_pid']}); seq gaps {result['seq_gaps']}; "
           f"missed live {result['missed_live']}, caught up from the history "

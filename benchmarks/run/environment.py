@@ -21,7 +21,7 @@ from benchmarks.stages import ROOT, Stage
 
 def versions() -> dict:
     pkgs = {}
-    for name in ("flask", "werkzeug", "redis", "gunicorn", "eventlet", "gevent",
+    for name in ("flask", "werkzeug", "redis", "gunicorn", "eventlet", "gevent", "granian",
                  "flask-socketio", "python-socketio", "locust", "psutil"):
         try:
             pkgs[name] = metadata.version(name)
@@ -70,19 +70,31 @@ def environments(used: set[str]) -> dict:
 
 def servers(stage: Stage) -> dict:
     """run.json's record of what served a stage, per app host: the environment, its
-    Python, the server (gunicorn's version or Werkzeug's), the worker class and the
-    library under it (eventlet, gevent; none for sync and gthread)."""
+    Python, the server (gunicorn's, granian's or Werkzeug's version), the worker class and
+    the library under it (eventlet, gevent; none for sync, gthread and granian); in a
+    stage with a Socket.IO server of its own (stage 9), that one's as `socketio`."""
     found = environment_versions(stage.environment)
-    if stage.gunicorn_config:
-        worker = runpy.run_path(str(ROOT / stage.gunicorn_config)).get("worker_class", "sync")
-        library = WORKER_LIBRARY.get(worker)
-        server = {"server": f"gunicorn {found.get('gunicorn')}", "worker_class": worker,
-                  "worker_library": library and f"{library} {found.get(library)}"}
-    else:
-        server = {"server": f"flask run (werkzeug {found.get('werkzeug')})",
-                  "worker_class": None, "worker_library": None}
-    record = {"environment": stage.environment, "python": found.get("python"), **server}
+    record = {"environment": stage.environment, "python": found.get("python"),
+              **server_record(stage.server, found)}
+    if stage.socketio_server:
+        record["socketio"] = server_record(stage.socketio_server, found)
     return {role: record for role in stage.app_roles}
+
+
+def server_record(command: tuple[str, ...], found: dict) -> dict:
+    """What one server command runs: `server`, `worker_class`, `worker_library`."""
+    if command[0] == "gunicorn":
+        config = command[list(command).index("-c") + 1]
+        worker = runpy.run_path(str(ROOT / config)).get("worker_class", "sync")
+        library = WORKER_LIBRARY.get(worker)
+        return {"server": f"gunicorn {found.get('gunicorn')}", "worker_class": worker,
+                "worker_library": library and f"{library} {found.get(library)}"}
+    if command[0] == "granian":
+        interface = command[list(command).index("--interface") + 1]
+        return {"server": f"granian {found.get('granian')}", "worker_class": interface,
+                "worker_library": None}
+    return {"server": f"flask run (werkzeug {found.get('werkzeug')})",
+            "worker_class": None, "worker_library": None}
 
 
 def git_commit() -> str | None:

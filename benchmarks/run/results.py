@@ -24,6 +24,8 @@
           sysctl.json  verify.json       what the stage ran with and answered
           access.log  app.log            the app's access log (gunicorn); its output (`flask run`
                                          logs each request there)
+          socketio-access.log            stage 9: its Socket.IO server's (gunicorn's) access
+          app_socketio.log               log and output, beside granian's access.log, app.log
           nginx/access.log               Nginx's access log (stages with a front)
           sessions.json                  the Socket.IO users' sessions: created, completed,
                                          failed, lengths (the master's: every worker's summed)
@@ -34,8 +36,9 @@
           metrics.json  checks.json      the numbers and the verdicts
           sockets.json                   the classes and port ranges the Sockets tab reads
           sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
-          profile.folded                 py-spy's samples of the (first) app host's server while
-                                         measured, as collapsed stacks (`--format raw`)
+          profile.folded                 py-spy's samples of the (first) app host's server (stage
+                                         9: both servers) while measured, as collapsed stacks
+                                         (`--format raw`)
           profile.svg  profile.log       their flame graph (benchmarks/profile/flamegraph.py);
                                          py-spy's own output
 
@@ -179,6 +182,12 @@ def app_access_log(role: str) -> str:
     """The access log of the app server on host `role`: `access.log` (`app`),
     `app2-access.log` (`app2`)."""
     return APP_ACCESS_LOG if role == "app" else f"{role}-{APP_ACCESS_LOG}"
+
+
+def socketio_access_log(role: str) -> str:
+    """The access log of the Socket.IO server on app host `role`, in a stage that has
+    one (stage 9): `socketio-access.log` (`app`), `app2-socketio-access.log` (`app2`)."""
+    return f"socketio-{APP_ACCESS_LOG}" if role == "app" else f"{role}-socketio-{APP_ACCESS_LOG}"
 
 
 def count_log(stage: Stage) -> str:

@@ -102,7 +102,9 @@ class Stack:
     def url(self) -> str:
         return self.box.entry_url
 
-    def app_env(self, role: str = "app") -> dict:
+    def app_env(self, role: str = "app", server: str = "http") -> dict:
+        """The environment of app host `role`'s `server` (Stage.commands: `http`, or
+        `socketio`, the Socket.IO server of a stage that has one)."""
         # The lab measures connection handling, not the password hash: seeded users get
         # a cheap one, so their logins at the start of a run don't fill the latency tail
         # (the app's default, scrypt, costs tens of ms of CPU per login).
@@ -110,12 +112,16 @@ class Stack:
         # stays the one the docs show: an access log in the shape access_logs.REQUEST_LINE reads
         # (the lab's independent count of answered requests).
         # The request time closes each line (%(L)s, seconds): the server's own latency.
-        # `flask run` logs no times, so under it the app writes the same lines itself.
+        # `flask run` and granian log no times, so under them the app writes the same lines
+        # itself. A Socket.IO server of its own has its own log.
         # And no control socket (gunicorn 25+): every gunicorn would make the same
         # ~/.gunicorn/gunicorn.ctl, the lab's servers and the tests' at once.
-        log_path = str(self.dir / results.app_access_log(role))
+        log_name = (results.socketio_access_log(role) if server == "socketio"
+                    else results.app_access_log(role))
+        log_path = str(self.dir / log_name)
         access_log = shlex.join([*access_logs.gunicorn_args(log_path), "--no-control-socket"])
-        timed = {} if self.stage.server[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
+        command = self.stage.commands()[server]
+        timed = {} if command[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
         return procs.child_env(procs.environment_bin(self.stage.environment),
                                FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
@@ -123,13 +129,16 @@ class Stack:
                                FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
                                GUNICORN_CMD_ARGS=access_log, **self.stage.env)
 
-    def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None) -> None:
+    def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None,
+               port: int | None = None) -> None:
+        """Start `cmd` on `role`'s host as process `name` (its log `name`.log), and wait
+        until its port (the host's own, or `port`) answers."""
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or procs.child_env(), cwd=ROOT)
         self.procs[name], self.roles[name] = proc, role
         try:
-            procs.wait_for_port(self.box.port(role), host=self.box.address(role), proc=proc,
-                                timeout=30, netns=self.box.namespace(role))
+            procs.wait_for_port(port or self.box.port(role), host=self.box.address(role),
+                                proc=proc, timeout=30, netns=self.box.namespace(role))
         except procs.ServiceError as e:
             log = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
             raise StageFailed(f"{name} did not start: {e}\n--- {name}.log (end) ---\n{log}") from e
@@ -142,14 +151,23 @@ class Stack:
             self.box.port("redis"), redis_dir, host=self.box.address("redis")))
         apps = self.stage.app_roles
         for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
-            server = self.stage.server_command(self.box.address(role), self.box.port(role))
-            exe = procs.tool(server[0], procs.environment_bin(self.stage.environment))
-            self._start(role, role, [exe, *server[1:]], self.app_env(role))
+            servers = self.stage.commands(self.box.address(role), self.box.port(role),
+                                          self.box.port("socketio"))
+            for server, cmd in servers.items():  # and app_socketio (.log) beside its app
+                exe = procs.tool(cmd[0], procs.environment_bin(self.stage.environment))
+                self._start(socketio_name(role) if server == "socketio" else role, role,
+                            [exe, *cmd[1:]], self.app_env(role, server),
+                            self.box.port("socketio") if server == "socketio" else None)
         for role in apps:
             self.wait_for_health(f"{self.box.url(role)}/healthz")
+            if self.stage.socketio_server:
+                self.wait_for_health(f"{self.box.socketio_url(role)}/healthz")
         if self.stage.front:
+            socketio = [(self.box.address(r), self.box.port("socketio")) for r in apps
+                        if self.stage.socketio_server]
             conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
                                      apps=[(self.box.address(r), self.box.port(r)) for r in apps],
+                                     socketio=socketio,
                                      front=(self.box.address("proxy"), self.box.port("proxy")),
                                      balance=self.stage.balance,
                                      worker_connections=self.stage.worker_connections)
@@ -184,16 +202,28 @@ class Stack:
     def stop(self) -> None:
         # gunicorn's TERM is a graceful stop, which waits out the eventlet worker's 1 s
         # ticks (3 s here); after the load nothing is in flight, so QUIT, its quick
-        # shutdown (1 s). Flask's server has no QUIT handler: TERM.
+        # shutdown (1 s). Flask's server and granian take TERM.
         # QUIT goes to gunicorn's master only, which hands it to its workers: a second QUIT
         # (the group's) arriving inside a gthread worker's first one's handler deadlocks in
         # ThreadPoolExecutor.shutdown (CPython issue 121649) until the KILL 10 s later.
-        gunicorn = bool(self.stage.gunicorn_config)
         with sandbox.uninterrupted():
-            procs.stop_all([(self.procs.pop(name), *((signal.SIGQUIT, True) if gunicorn and
-                                                     name in self.stage.app_roles
-                                                     else (signal.SIGTERM, False)))
+            procs.stop_all([(self.procs.pop(name), *self._stop_signal(name))
                             for name in reversed(list(self.procs))])
+
+    def _stop_signal(self, name: str) -> tuple[int, bool]:
+        """(signal, to the group's leader only): QUIT to a gunicorn app server's master,
+        TERM to the group of anything else."""
+        commands = self.stage.commands()
+        server = ("socketio" if name in map(socketio_name, self.stage.app_roles)
+                  else "http" if name in self.stage.app_roles else None)
+        gunicorn = server is not None and commands[server][0] == "gunicorn"
+        return (signal.SIGQUIT, True) if gunicorn else (signal.SIGTERM, False)
+
+
+def socketio_name(role: str) -> str:
+    """The process name (and log, sampler component) of app host `role`'s Socket.IO
+    server, in a stage that has one: `app_socketio`, counted in the app's CPU."""
+    return f"{role}_socketio"
 
 
 def seed_stage_users(stack: Stack, count: int) -> Path:
@@ -226,10 +256,15 @@ def check_endpoints(prefix: list[str], url: str, stage_dir: Path,
 def probe_delivery(box: sandbox.Sandbox, stage: Stage, stage_dir: Path,
                    users_file: Path) -> None:
     """benchmarks/run/delivery.py from the client host: messages sent on the first app
-    host, counted on the second (delivery.json, which the checks read)."""
+    host, counted on the second (delivery.json, which the checks read); in a stage with
+    a Socket.IO server of its own, posted over HTTP to the first app host's HTTP server
+    and counted on the last one's Socket.IO server."""
     log = stage_dir / "delivery.log"
+    apps = stage.app_roles
+    ends = ([box.url(apps[0]), box.socketio_url(apps[-1]), "--over-http"]
+            if stage.socketio_server else [box.url(r) for r in apps[:2]])
     code = procs.run_quiet([*box.prefix("client"), sys.executable, "-m",
-                            "benchmarks.run.delivery", *(box.url(r) for r in stage.app_roles[:2]),
+                            "benchmarks.run.delivery", *ends,
                             "--users-file", str(users_file),
                             "--json", str(stage_dir / results.DELIVERY_JSON)],
                            procs.child_env(), log, timeout=60)
@@ -243,7 +278,7 @@ class Load:
 
     client: list[str]  # the argv prefix that runs a command on the client host
     url: str  # the entry point
-    warmup_url: str  # the app itself, behind a proxy (see measure)
+    warmup_url: str  # the app itself, behind a proxy (see warm_up)
     sampler: dict  # loop.command's arguments but `out`, `procs` and `duration`
     server_pids: dict[str, int]
     snapshots: dict[str, list[str]]  # folder name under the stage -> argv prefix of a host
@@ -255,6 +290,7 @@ class Load:
     workers: dict[str, list[str]] = field(default_factory=dict)
     master_host: str | None = None
     chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
+    front: bool = False  # a proxy in front (its error log is watched)
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -263,7 +299,9 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
 
     It goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a warm-up
     through Nginx would use up stage 4's local ports before the measured window,
-    hiding the moment they run out.
+    hiding the moment they run out. Not where the app is two servers split by Nginx
+    (stage 9): its HTTP server serves no Socket.IO, so that warm-up goes through Nginx,
+    whose upstream keep-alive leaves no TIME_WAIT.
     """
     if opts.warmup <= 0:
         return None
@@ -316,7 +354,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         # stop just before Locust's users close their connections
         duration=max(1.0, opts.duration - 0.5), **load.sampler)],
         log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
-    watch = progress.Watch(stage_dir, front=load.url != load.warmup_url)
+    watch = progress.Watch(stage_dir, front=load.front)
     try:
         deadline = time.monotonic() + opts.duration + 60
         started, last = time.monotonic(), 0.0
@@ -370,9 +408,12 @@ def snapshot_hosts(load: Load, stage_dir: Path) -> None:
 
 def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
              user_classes) -> int | None:
-    """`measure`, with py-spy on the first app host's server beside it (`opts.profile`),
-    stopping as the sampler does, just before Locust's users close their connections."""
-    with profile.recording(load.server_pids["app"], load.sampler_prefix, stage_dir,
+    """`measure`, with py-spy on the first app host's servers beside it (`opts.profile`:
+    the app server, and its Socket.IO server in a stage that has one), stopping as the
+    sampler does, just before Locust's users close their connections."""
+    pids = [pid for name, pid in load.server_pids.items()
+            if name in ("app", socketio_name("app"))]
+    with profile.recording(pids, load.sampler_prefix, stage_dir,
                            opts.duration - 0.5, on=opts.profile):
         return measure(load, stage_dir, users_file, opts, user_classes)
 
@@ -400,12 +441,13 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
         snapshots = {".": []}
     workers = ({role: box.prefix(role) for role in box.clients}
                if len(box.clients) > 1 else {})
-    return Load(client=box.prefix("client"), url=stack.url, warmup_url=box.url("app"),
+    warmup_url = stack.url if stage.socketio_server else box.url("app")  # (see warm_up)
+    return Load(client=box.prefix("client"), url=stack.url, warmup_url=warmup_url,
                 sampler=sampler_args, server_pids=stack.pids(), snapshots=snapshots,
                 count_log=stage_dir / results.count_log(stage),
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
-                chat_settings=stage.chat_settings)
+                chat_settings=stage.chat_settings, front=bool(stage.front))
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
@@ -446,7 +488,10 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
-            if stage.app_hosts > 1:
+            if stage.socketio_server:
+                shown.phase("a message posted over HTTP, to a websocket on the other server")
+                probe_delivery(box, stage, stage_dir, users_file)
+            elif stage.app_hosts > 1:
                 shown.phase("a Socket.IO message from one app host to the other")
                 probe_delivery(box, stage, stage_dir, users_file)
         finally:
@@ -497,8 +542,9 @@ def sockets_layout(stage: Stage, box: sandbox.Sandbox) -> dict:
     """sockets.json: the classes (connecting host, listening host, port), each host's
     local port range and the log that counts the requests (results.count_log), for
     benchmarks/sockets_tab/stats.py."""
-    classes = {name: (src, dst, box.port(side_hosts(dst)[0])) for name, (src, dst, _) in
-               box.host_classes().items()}
+    classes = {name: (src, dst, box.port("socketio" if name == "upstream_socketio"
+                                         else side_hosts(dst)[0]))
+               for name, (src, dst, _) in box.host_classes().items()}
     ranges = {role: values.get(PORT_RANGE) for role, values in box.sysctls().items()}
     return {"classes": classes, "port_ranges": ranges, "count_log": results.count_log(stage)}
 

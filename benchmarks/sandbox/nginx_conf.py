@@ -8,8 +8,9 @@ copies to /etc/nginx/conf.d/). Both are rendered into the run folder, the main o
 as nginx.conf, the stage's at the same path as under nginx/ (conf.d/...).
 
 The files use at-sign placeholders such as `@FRONT_PORT@` (Nginx's own syntax already uses
-`$name`); `@APP_SERVERS@` becomes one upstream `server` line per app host, and
-`@FRONT_CONF@` the rendered stage file's path.
+`$name`); `@APP_SERVERS@` becomes one upstream `server` line per app host (and
+`@SOCKETIO_SERVERS@`, in a file with a Socket.IO upstream of its own, one per app
+host's Socket.IO server), and `@FRONT_CONF@` the rendered stage file's path.
 """
 
 from __future__ import annotations
@@ -28,13 +29,18 @@ NGINX = ROOT / "nginx"
 MAIN = "nginx.conf"  # the lab's main file, under nginx/ and in the run folder
 
 
-def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = ()) -> str:
+def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = (),
+         socketio_servers: Sequence[str] = ()) -> str:
     """nginx/<name> with its placeholders filled: `@NAME@` from `values`, and a line
-    holding only `@APP_SERVERS@` replaced by `app_servers`, one a line, indented as it
-    was. ValueError for a placeholder left."""
-    text = re.sub(r"^( *)@APP_SERVERS@$",
-                  lambda m: "\n".join(m[1] + ln for ln in app_servers),
-                  (NGINX / name).read_text(), flags=re.M)
+    holding only `@APP_SERVERS@` (`@SOCKETIO_SERVERS@`) replaced by `app_servers`
+    (`socketio_servers`), one a line, indented as it was. ValueError for a placeholder
+    left."""
+    text = (NGINX / name).read_text()
+    for placeholder, lines in (("APP_SERVERS", app_servers),
+                               ("SOCKETIO_SERVERS", socketio_servers)):
+        text = re.sub(rf"^( *)@{placeholder}@$",
+                      lambda m, lines=lines: "\n".join(m[1] + ln for ln in lines),
+                      text, flags=re.M)
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
     left = re.findall(r"@[A-Z_]+@", text)
@@ -45,20 +51,25 @@ def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = ()) 
 
 def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
            front: tuple[str, int], balance: str | None = None,
-           worker_connections: int = NGINX_WORKER_CONNECTIONS) -> Path:
+           worker_connections: int = NGINX_WORKER_CONNECTIONS,
+           socketio: Sequence[tuple[str, int]] = ()) -> Path:
     """Render the stage's nginx/<template> (`conf.d/proxy.conf`) to run_dir/<template>,
     and the main nginx/nginx.conf, which includes it, to run_dir/nginx.conf; return the
     main file's path. The app hosts' (address, port) become the upstream's servers, after
     the upstream's `balance` method if any (`ip_hash`; none: round robin); `front` is
     Nginx's own (address, port) to listen on; `worker_connections` goes to the main
-    file's events block."""
+    file's events block; `socketio`, the Socket.IO servers' (address, port), the
+    servers of a file's Socket.IO upstream (stage 9)."""
     if not apps:
         raise ValueError("an upstream needs at least one app server")
+    if bool(socketio) != ("@SOCKETIO_SERVERS@" in (NGINX / template).read_text()):
+        raise ValueError(f"nginx/{template}: Socket.IO servers given for a file without "
+                         "a Socket.IO upstream, or none for one with it")
     if template == MAIN:
         raise ValueError(f"nginx/{MAIN} is the main file; name the stage's conf.d file")
     servers = ([f"{balance};"] if balance else []) + [f"server {h}:{p};" for h, p in apps]
     stage_text = fill(template, {"FRONT_HOST": front[0], "FRONT_PORT": str(front[1])},
-                      servers)
+                      servers, [f"server {h}:{p};" for h, p in socketio])
     included = run_dir / template
     main_text = fill(MAIN, {"RUN_DIR": str(run_dir), "FRONT_CONF": str(included),
                             "WORKER_CONNECTIONS": str(worker_connections)})

@@ -117,8 +117,10 @@ class Sandbox:
         self.notes: list[str] = []
         self.network = None
         if mode == "netns":
+            # `socketio`: the Socket.IO server's port on each app host (stage 9)
             self.ports = {"redis": stages.REDIS_PORT, "proxy": stages.FRONT_PORT,
-                          **{role: stages.APP_PORT for role in stages.APP_ROLES}}
+                          **{role: stages.APP_PORT for role in stages.APP_ROLES},
+                          "socketio": stages.SOCKETIO_PORT}
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
@@ -132,7 +134,7 @@ class Sandbox:
                 raise SandboxError(f"stage {stage.key} runs {stage.app_hosts} app hosts: it "
                                    "needs --sandbox netns (root and iproute2)")
             self.ports = {"redis": procs.free_port(), "app": procs.free_port(),
-                          "proxy": procs.free_port()}
+                          "proxy": procs.free_port(), "socketio": procs.free_port()}
             self.wanted = {role: stages.stage_sysctls(stage) for role in self.roles}
         self._taskset = {role: ["taskset", "-c", hosts.format_cpus(cpus)]
                          for role, cpus in self.placement.cpus(self.roles).items()}
@@ -181,6 +183,10 @@ class Sandbox:
 
     def url(self, role: str) -> str:
         return f"http://{self.address(role)}:{self.port(role)}"
+
+    def socketio_url(self, role: str) -> str:
+        """The Socket.IO server's on app host `role`, in a stage that has one (stage 9)."""
+        return f"http://{self.address(role)}:{self.port('socketio')}"
 
     def describe(self) -> str:
         """The hosts in a few words: `hosts ftl-123-4-{client,proxy,app,redis}`."""
@@ -232,7 +238,7 @@ class Sandbox:
         if self.network:
             return self.host_classes()
         return self.stage.connection_classes(self.ports["redis"], self.ports["app"],
-                                             self.ports["proxy"])
+                                             self.ports["proxy"], self.ports["socketio"])
 
     # --- making and removing
 

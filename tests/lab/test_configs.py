@@ -6,6 +6,8 @@ README says to take home. Nothing here trusts the lab's own readers of them:
 - gunicorn: the command each app host gets, as benchmarks/run/runner.py's Stack
   starts it (with the lab's GUNICORN_CMD_ARGS), names the stage's config file,
   and gunicorn's own loader reads the settings back from that file.
+- granian (stage 9's HTTP server): its settings are its command line, and
+  granian's own option parser reads them back from the command Stack starts.
 - Nginx: the rendered main file includes the stage's conf.d file, and the
   rendered conf.d file is the one under nginx/conf.d/ with only its placeholders
   filled; `nginx -t` passes (Stack.start runs it).
@@ -63,10 +65,11 @@ TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 
 class Box:
     """What Stack needs of a sandbox: every host on 127.0.0.1 with a free port of its
-    own (so that `nginx -t` can bind the proxy's), and no prefix."""
+    own (so that `nginx -t` can bind the proxy's), the Socket.IO server's too, and no
+    prefix."""
 
     def __init__(self, stage: stages.Stage):
-        self.ports = {role: procs.free_port() for role in stage.roles}
+        self.ports = {role: procs.free_port() for role in (*stage.roles, "socketio")}
 
     def address(self, role: str) -> str:
         return "127.0.0.1"
@@ -77,6 +80,9 @@ class Box:
     def url(self, role: str) -> str:
         return f"http://127.0.0.1:{self.ports[role]}"
 
+    def socketio_url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self.ports['socketio']}"
+
     def prefix(self, role: str) -> list[str]:
         return []
 
@@ -85,8 +91,8 @@ def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dic
     """Stack.start for `stage`, with nothing started: name -> (role, argv, env) of every
     server it would start."""
     calls = {}
-    monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None:
-                        calls.__setitem__(name, (role, cmd, env)))
+    monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None,
+                        port=None: calls.__setitem__(name, (role, cmd, env)))
     monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url, timeout=30: None)
     box = Box(stage)
     runner.Stack(stage, box, stage_dir).start()
@@ -126,6 +132,18 @@ def gunicorn_reads(argv: list[str], env: dict, names, environment: str) -> dict:
 # --- gunicorn --------------------------------------------------------------------
 
 
+def gunicorn_servers(stage: stages.Stage, calls: dict, box: Box):
+    """(name, argv, env, the port it binds, its access log) of each gunicorn Stack starts
+    on each app host: its app server, or its Socket.IO server (stage 9)."""
+    for role in stage.app_roles:
+        for name, port, log in (
+                (role, box.port(role), results.app_access_log(role)),
+                (runner.socketio_name(role), box.port("socketio"),
+                 results.socketio_access_log(role))):
+            if name in calls and Path(calls[name][1][0]).name == "gunicorn":
+                yield name, calls[name][1], calls[name][2], port, log
+
+
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.key)
 def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypatch):
     box, calls = started(stage, tmp_path, monkeypatch)
@@ -133,8 +151,14 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
         _, cmd, env = calls[role]
         if stage.server[0] == "flask":
             assert Path(cmd[0]).name == "flask" and stage.gunicorn_config is None
-            continue
-        assert Path(cmd[0]).name == "gunicorn", cmd
+        elif stage.server[0] == "granian":  # its settings: test_granian_reads_...
+            assert Path(cmd[0]).name == "granian", cmd
+            assert Path(cmd[0]).parent == procs.environment_bin(stage.environment), cmd
+            # granian times nothing: the app writes the timed access log itself
+            assert env["FLASK_ACCESS_LOG"] == str(tmp_path / results.app_access_log(role))
+    served = list(gunicorn_servers(stage, calls, box))
+    assert len(served) == (0 if stage.gunicorn_config is None else len(stage.app_roles))
+    for name, cmd, env, port, log in served:
         assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("-c", "--config")] == [
             stage.gunicorn_config], f"stage {stage.key}: {cmd}"
         assert (ROOT / stage.gunicorn_config).is_file()
@@ -142,13 +166,56 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
         assert Path(cmd[0]).parent == procs.environment_bin(stage.environment), cmd
         wanted = {**SETTINGS[stage.gunicorn_config], **TIMEOUTS}
         cfg = gunicorn_reads(cmd[1:], env, wanted, stage.environment)
-        assert {name: cfg[name] for name in wanted} == wanted, f"stage {stage.key} on {role}"
+        assert {name: cfg[name] for name in wanted} == wanted, f"stage {stage.key}: {name}"
         assert cfg["version"] == {stages.EVENTLET: "25.3.0"}.get(stage.environment, "27.0.1")
         assert stage.environment == stages.worker_environment(cfg["worker_class"])
-        assert cfg["bind"] == [f"127.0.0.1:{box.port(role)}"]  # the host's, from -b
-        # the lab's own addition, GUNICORN_CMD_ARGS, is read too
-        assert cfg["accesslog"] == str(tmp_path / results.app_access_log(role))
+        assert cfg["bind"] == [f"127.0.0.1:{port}"]  # the host's, from -b
+        # the lab's own addition, GUNICORN_CMD_ARGS, is read too: each server its own log
+        assert cfg["accesslog"] == str(tmp_path / log)
         assert cfg["no_control"] is True  # no ~/.gunicorn/gunicorn.ctl shared by every gunicorn
+
+
+# --- granian ---------------------------------------------------------------------
+
+# Stage 9's HTTP server: what the measurements picked (granian/README.md), as granian's
+# parameters (the names its options bind to)
+GRANIAN = dict(interface="wsgi", workers=1, blocking_threads=1, websockets=False)
+# granian's own option parser (click's), reading a command line as `granian` would, with
+# the environment's GRANIAN_* too; nothing is started
+GRANIAN_READS = """
+import json, sys
+import granian, granian.cli
+context = granian.cli.cli.make_context("granian", json.loads(sys.argv[1]))
+print(json.dumps({"version": granian.__version__, **{k: v for k, v in context.params.items()
+                  if isinstance(v, (str, int, float, bool, type(None)))}}))
+"""
+
+
+def granian_reads(argv: list[str], environment: str) -> dict:
+    python = procs.environment_bin(environment) / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANIAN_")}
+    done = subprocess.run([str(python), "-c", GRANIAN_READS, json.dumps(argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.server[0] == "granian"],
+                         ids=lambda s: s.key)
+def test_granian_reads_the_stages_settings_from_the_command_the_lab_starts(
+        stage, tmp_path, monkeypatch):
+    box, calls = started(stage, tmp_path, monkeypatch)
+    for role in stage.app_roles:
+        _, cmd, _ = calls[role]
+        cfg = granian_reads(cmd[1:], stage.environment)
+        assert {name: cfg[name] for name in GRANIAN} == GRANIAN, cfg
+        assert (cfg["host"], cfg["port"], cfg["app"]) == ("127.0.0.1", box.port(role),
+                                                          "app.wsgi:app")
+        assert cfg["version"] == "2.8.7"
+        # every option the command gives is explained where the docs send a reader
+        explained = (ROOT / "granian" / "README.md").read_text()
+        for option in (a for a in cmd[1:] if a.startswith("--")):
+            assert f"`{option}" in explained, option
 
 
 @pytest.mark.parametrize("path", sorted(SETTINGS))
@@ -214,11 +281,17 @@ def test_nginx_runs_the_main_file_which_includes_the_stages_conf_d_file(
 
     values = filled((ROOT / "nginx" / stage.front).read_text(), included.read_text())
     servers = values.pop("APP_SERVERS")
+    socketio = values.pop("SOCKETIO_SERVERS", None)  # a Socket.IO upstream of its own
     assert values == {"FRONT_HOST": {"127.0.0.1"}, "FRONT_PORT": {str(box.port("proxy"))}}
     (lines,) = servers
     wanted = ([f"{stage.balance};"] if stage.balance else []) + [
         f"server 127.0.0.1:{box.port(role)};" for role in stage.app_roles]
     assert [ln.strip() for ln in lines.splitlines()] == wanted
+    assert (socketio is not None) == bool(stage.socketio_server)
+    if socketio:
+        (lines,) = socketio
+        assert [ln.strip() for ln in lines.splitlines()] == [
+            f"server 127.0.0.1:{box.port('socketio')};" for _ in stage.app_roles]
     checked = nginx_conf.check(main)
     assert checked.returncode == 0, checked.stderr
 
@@ -228,10 +301,11 @@ def test_every_conf_d_file_is_a_stages():
     assert files == {s.front for s in PROXIED}
 
 
-def upstream_keepalive_timeout(front: str) -> int:
+def upstream_keepalive_timeout(front: str, upstream: str = "app") -> int:
     """Seconds Nginx keeps an idle upstream connection: `keepalive_timeout` inside the
     conf.d file's `upstream` block (Nginx's default, 60 s, where it says none)."""
-    block = re.search(r"upstream app \{(.*?)\n\}", (ROOT / "nginx" / front).read_text(), re.S)
+    block = re.search(rf"upstream {upstream} \{{(.*?)\n\}}",
+                      (ROOT / "nginx" / front).read_text(), re.S)
     found = re.search(r"^\s*keepalive_timeout (\d+)s;", block[1], re.M)
     return int(found[1]) if found else 60
 
@@ -244,6 +318,20 @@ def test_the_app_keeps_idle_connections_longer_than_nginx_but_in_the_race_twin(s
     app = runpy.run_path(str(ROOT / stage.gunicorn_config))["keepalive"]
     nginx = upstream_keepalive_timeout(stage.front)
     assert (app < nginx) == (stage.key == "5k"), f"stage {stage.key}: app {app} s, Nginx {nginx} s"
+
+
+@pytest.mark.parametrize("stage", [s for s in PROXIED if s.socketio_server],
+                         ids=lambda s: s.key)
+def test_both_servers_keep_idle_connections_longer_than_nginx(stage, tmp_path, monkeypatch):
+    """Stage 9: granian closes a connection that waited for its next request longer than
+    its --http1-header-read-timeout (granian's own parser reads it: 30,000 ms), gunicorn
+    after its keepalive; Nginx drops each upstream's idle connections before either."""
+    _, calls = started(stage, tmp_path, monkeypatch)
+    granian_ms = granian_reads(calls["app"][1][1:], stage.environment)[
+        "http1_header_read_timeout"]
+    gunicorn_s = runpy.run_path(str(ROOT / stage.gunicorn_config))["keepalive"]
+    assert upstream_keepalive_timeout(stage.front, "app") < granian_ms / 1000
+    assert upstream_keepalive_timeout(stage.front, "socketio") < gunicorn_s
 
 
 # --- sysctl ----------------------------------------------------------------------

@@ -76,8 +76,11 @@ def expected(stage, commands, tmp: Path) -> list[str] | None:
             pattern, dirname, name = NGINX_GREP.search(c.text).groups()
             shown = next(s for s in stages.STAGES if s.dirname == dirname)
             apps = [(stages.ADDRESS[role], stages.APP_PORT) for role in shown.app_roles]
+            socketio = [(stages.ADDRESS[role], stages.SOCKETIO_PORT)
+                        for role in shown.app_roles if shown.socketio_server]
             nginx_conf.render(shown.front, tmp / dirname, apps=apps,
-                              front=(stages.ADDRESS["proxy"], stages.FRONT_PORT))
+                              front=(stages.ADDRESS["proxy"], stages.FRONT_PORT),
+                              socketio=socketio)
             lines += subprocess.run(f"grep -nE {pattern} {tmp / dirname / name}", shell=True,
                                     capture_output=True, text=True).stdout.splitlines()
         else:

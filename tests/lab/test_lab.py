@@ -56,7 +56,9 @@ def leftovers(pid: int) -> list[str]:
 def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
     # `nginx -t` binds its listen address: on the machine, loopback on a free port
     apps = [("127.0.0.1", stages.APP_PORT + i) for i in range(stage.app_hosts)]
-    conf = nginx_conf.render(stage.front, tmp_path, apps=apps,
+    socketio = [("127.0.0.1", stages.SOCKETIO_PORT + 100 + i) for i in range(stage.app_hosts)
+                if stage.socketio_server]
+    conf = nginx_conf.render(stage.front, tmp_path, apps=apps, socketio=socketio,
                              front=("127.0.0.1", procs.free_port()), balance=stage.balance)
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr
@@ -81,13 +83,13 @@ def test_stage_lookup_by_key_and_slug_and_clear_error():
     assert stages.get("nginx-proxy").key == "4"
     assert [s.key for s in stages.select("2, builtin")] == ["0", "2"]
     with pytest.raises(KeyError, match="known stages"):
-        stages.get("9")
+        stages.get("99")
 
 
 def test_unknown_stage_is_a_clear_error():
-    result = lab("run", "--stages", "9", "--duration", "1")
+    result = lab("run", "--stages", "99", "--duration", "1")
     assert result.returncode == 2
-    assert "unknown stage '9'" in result.stdout
+    assert "unknown stage '99'" in result.stdout
 
 
 def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
@@ -129,6 +131,7 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     info = json.loads((run_dir / "run.json").read_text())
     assert info["versions"]["packages"]["gunicorn"].startswith("27.")
+    assert info["versions"]["packages"]["granian"] == "2.8.7"  # stage 9's HTTP server
     assert info["versions"]["packages"]["eventlet"] is None  # not in the current environment
     # every package of each environment the run used, eventlet's for its stages
     assert set(info["environments"]) == {stages.CURRENT} | {s.environment for s in FULL}
@@ -138,7 +141,11 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         served = info["stages"][stage.key]["servers"]
         assert set(served) == set(stage.app_roles), stage.key
         wanted = {stages.EVENTLET: "gunicorn 25.3.0", stages.CURRENT: "gunicorn 27.0.1"}
-        if stage.gunicorn_config:
+        if stage.socketio_server:  # stage 9: granian for HTTP, gunicorn for Socket.IO
+            assert served["app"]["server"] == "granian 2.8.7", stage.key
+            assert served["app"]["socketio"]["server"] == wanted[stage.environment]
+            assert served["app"]["socketio"]["worker_class"] == "gevent"
+        elif stage.gunicorn_config:
             assert served["app"]["server"] == wanted[stage.environment], stage.key
         assert served["app"]["environment"] == stage.environment
     header = (run_dir / "summary.csv").read_text().splitlines()[0].split(",")
@@ -238,6 +245,30 @@ def test_nginx_reuses_its_upstream_connections_in_stage_5_not_4(full_run):
 
 @pytest.mark.netns
 @pytest.mark.slow
+def test_a_message_posted_over_http_to_stage_9_reaches_a_websocket_listener(full_run):
+    """Stage 9's probe (benchmarks/run/delivery.py --over-http): messages posted to granian
+    over HTTP, each answered 201, reach a room member whose websocket the gevent server
+    holds, live, in order (`lab run` probes once the load is over)."""
+    d = full_run["run_dir"] / stages.get("9").dirname
+    probe = results.read_json(d / results.DELIVERY_JSON)
+    assert probe["over"] == "http" and probe["sender_pid"] is None
+    assert probe["from"].endswith(f":{stages.APP_PORT}")  # granian
+    assert probe["to"].endswith(f":{stages.SOCKETIO_PORT}")  # gunicorn's gevent worker
+    assert probe["sent"] == probe["received"] == 20 and probe["seq_gaps"] == 0, probe
+    assert probe["member_pid"] not in {None, *granian_pids(d)}  # a worker, not granian's
+    # and under load, Nginx sent the websockets to the Socket.IO server's port
+    assert results.read_json(d / results.METRICS_JSON)["estab_upstream_socketio_peak"] >= 1
+
+
+def granian_pids(stage_dir) -> set[int]:
+    """The pids of granian's processes, from its profile's stacks (`process PID:"...
+    granian ..."`)."""
+    stacks = (stage_dir / results.PROFILE_STACKS).read_text()
+    return {int(pid) for pid in re.findall(r'process (\d+):"[^"]*granian', stacks)}
+
+
+@pytest.mark.netns
+@pytest.mark.slow
 def test_each_host_had_its_sysctls_and_the_machine_was_untouched(full_run):
     """The stage's profile on the connecting hosts (the app toward Redis, the proxy
     toward the app), the baseline on the others (the client, Redis)."""
@@ -275,6 +306,11 @@ def test_every_stage_is_profiled_and_its_cpu_split(full_run):
         assert m["server_cpu_ms_per_request"] >= m["app_cpu_ms_per_request"] > 0, stage.key
     stacks = (full_run["run_dir"] / stages.get("2").dirname / results.PROFILE_STACKS)
     assert "SyncWorker.handle_request" in stacks.read_text()  # a worker, not only the master
+    # stage 9: both servers of the app host, py-spy reading granian's Python threads
+    stacks = (full_run["run_dir"] / stages.get("9").dirname / results.PROFILE_STACKS)
+    views = [ln for ln in stacks.read_text().splitlines() if "granian/wsgi.py" in ln]
+    assert any("app/rooms.py" in ln for ln in views), "no view under granian's threads"
+    assert "gunicorn/arbiter.py" in stacks.read_text()  # and the Socket.IO server's
     said = (full_run["results"] / "lab-output.txt").read_text()
     # (not "py-spy" alone: the pre-flight may name another lab's py-spy as busy)
     assert "note: py-spy not found" not in said and "note: py-spy recorded nothing" not in said
