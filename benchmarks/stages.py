@@ -94,9 +94,7 @@ CLIENT_SYSCTL = ("baseline", "client")
 # exercises can show them as they are.
 REDIS_PORT = 6379
 APP_PORT = 8000
-# Stage 9's Socket.IO server, beside its HTTP server on the same app host (Nginx routes
-# /socket.io/ here, the rest to APP_PORT).
-SOCKETIO_PORT = 8001
+SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
 # Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
 NGINX_WORKER_CONNECTIONS = 4096
@@ -147,9 +145,8 @@ GUNICORN_GTHREAD = ("gunicorn", "-c", "gunicorn/gthread.conf.py", "-b", "{app_ho
 # Stage 8, today's stack: the worker and settings the measurements picked (lab 13).
 GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:{app_port}",
                   "app.wsgi:app")
-# Stage 9: every HTTP route on granian, a Rust server, through its WSGI interface; the
-# options are the config (granian also reads each as GRANIAN_<NAME>), chosen by
-# measurement on the lab's one server core (granian/README.md says why each).
+# Stage 9: every HTTP route on granian, a Rust server, through its WSGI interface; its
+# options are its config, measured on the server's one core (granian/README.md: why).
 GRANIAN_TODAY = ("granian", "--interface", "wsgi", "--workers", "1",
                  "--blocking-threads", "1", "--no-ws", "--host", "{app_host}",
                  "--port", "{app_port}", "app.wsgi:app")
@@ -257,21 +254,14 @@ class Stage:
                        app_port: int = APP_PORT) -> list[str]:
         return [part.format(app_host=app_host, app_port=app_port) for part in self.server]
 
-    def socketio_command(self, app_host: str = ADDRESS["app"],
-                         port: int = SOCKETIO_PORT) -> list[str] | None:
-        """The Socket.IO server's command (socketio_server), or None where `server`
-        serves Socket.IO too."""
-        if not self.socketio_server:
-            return None
-        return [part.format(app_host=app_host, app_port=port) for part in self.socketio_server]
-
     def commands(self, app_host: str = ADDRESS["app"], app_port: int = APP_PORT,
                  socketio_port: int = SOCKETIO_PORT) -> dict[str, list[str]]:
         """The servers of one app host, by what they serve: `http` (and Socket.IO
         where the stage has no Socket.IO server of its own), `socketio`."""
         found = {"http": self.server_command(app_host, app_port)}
         if self.socketio_server:
-            found["socketio"] = self.socketio_command(app_host, socketio_port)
+            found["socketio"] = [part.format(app_host=app_host, app_port=socketio_port)
+                                 for part in self.socketio_server]
         return found
 
     @property
@@ -326,11 +316,11 @@ class Stage:
         """The sampler's classes on hosts: name -> (connecting host, listening host, port);
         several app hosts are one side of a class, joined by `+` (`app+app2`)."""
         apps = "+".join(self.app_roles)
-        socketio = {"upstream_socketio": ("proxy", apps, SOCKETIO_PORT)} \
-            if self.socketio_server else {}
         if self.front:
+            socketio = {"upstream_socketio": ("proxy", apps, SOCKETIO_PORT)}
             return {"redis": (apps, "redis", REDIS_PORT),
-                    "upstream": ("proxy", apps, APP_PORT), **socketio,
+                    "upstream": ("proxy", apps, APP_PORT),
+                    **(socketio if self.socketio_server else {}),
                     "front": ("client", "proxy", FRONT_PORT)}
         return {"redis": (apps, "redis", REDIS_PORT), "front": ("client", apps, APP_PORT)}
 
@@ -353,9 +343,8 @@ CODE_ITSELF = {"FLASK_FUSED_ROUND_TRIPS": "1", "FLASK_TOKEN_CACHE_SIZE": "4096",
 TODAY = {**CODE_ITSELF, "FLASK_SOCKETIO_ASYNC_MODE": "gevent"}  # stage 8: stage 7's code
 
 THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (app/realtime.py)
-# Stage 9: stage 7's code on two servers, each with its own Socket.IO mode: threading
-# under granian (which patches nothing), gevent under gunicorn's gevent worker. "auto"
-# (the default, app/realtime.py) takes the mode each process runs.
+# Stage 9: stage 7's code on two servers, each its own Socket.IO mode (threading under
+# granian, gevent under gunicorn's gevent worker): "auto", the default, takes it.
 SPLIT = CODE_ITSELF
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",

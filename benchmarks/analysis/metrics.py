@@ -70,6 +70,16 @@ _PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of t
                 f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections")
 
 
+def class_metrics(cls: str) -> dict[str, Metric]:
+    """The metrics of one connection class (CLASSES): its peaks and its per request."""
+    return {f"tw_{cls}_peak": Metric(f"{_SAMPLER} tw_{cls}", "most TIME_WAIT sockets"),
+            f"tw_{cls}_client_peak": Metric(f"{_SAMPLER} tw_{cls}_client", _CLIENT_SIDE),
+            f"tw_{cls}_server_peak": Metric(f"{_SAMPLER} tw_{cls}_server", _SERVER_SIDE),
+            f"estab_{cls}_peak": Metric(f"{_SAMPLER} estab_{cls}",
+                                        "most ESTABLISHED connections"),
+            f"tw_{cls}_per_request": Metric(f"{_SAMPLER} tw_{cls}, {_LOCUST}", _PER_REQUEST)}
+
+
 CATALOGUE: dict[str, Metric] = {
     "requests": Metric(_LOCUST, "HTTP requests Locust sent and timed"),
     "failures": Metric(_LOCUST, "HTTP requests that failed (e.g. 502s)"),
@@ -103,35 +113,9 @@ CATALOGUE: dict[str, Metric] = {
     "sio_sessions_completed": Metric(_LOCUST_SESSION, "sessions open until their user stopped"),
     "sio_session_p50_ms": Metric(_LOCUST_SESSION, "median session length, ms"),
     "sio_session_p95_ms": Metric(_LOCUST_SESSION, "95th percentile session length, ms"),
-    # app -> Redis
-    "tw_redis_peak": Metric(f"{_SAMPLER} tw_redis", "most TIME_WAIT sockets"),
-    "tw_redis_client_peak": Metric(f"{_SAMPLER} tw_redis_client", _CLIENT_SIDE),
-    "tw_redis_server_peak": Metric(f"{_SAMPLER} tw_redis_server", _SERVER_SIDE),
-    "estab_redis_peak": Metric(f"{_SAMPLER} estab_redis", "most ESTABLISHED connections"),
-    "tw_redis_per_request": Metric(f"{_SAMPLER} tw_redis, {_LOCUST}", _PER_REQUEST),
-    # Nginx -> app (stages with a front)
-    "tw_upstream_peak": Metric(f"{_SAMPLER} tw_upstream", "most TIME_WAIT sockets"),
-    "tw_upstream_client_peak": Metric(f"{_SAMPLER} tw_upstream_client", _CLIENT_SIDE),
-    "tw_upstream_server_peak": Metric(f"{_SAMPLER} tw_upstream_server", _SERVER_SIDE),
-    "estab_upstream_peak": Metric(f"{_SAMPLER} estab_upstream", "most ESTABLISHED connections"),
-    "tw_upstream_per_request": Metric(f"{_SAMPLER} tw_upstream, {_LOCUST}", _PER_REQUEST),
-    # Nginx -> the Socket.IO server (stage 9: /socket.io/ on a server of its own)
-    "tw_upstream_socketio_peak": Metric(f"{_SAMPLER} tw_upstream_socketio",
-                                        "most TIME_WAIT sockets"),
-    "tw_upstream_socketio_client_peak": Metric(f"{_SAMPLER} tw_upstream_socketio_client",
-                                               _CLIENT_SIDE),
-    "tw_upstream_socketio_server_peak": Metric(f"{_SAMPLER} tw_upstream_socketio_server",
-                                               _SERVER_SIDE),
-    "estab_upstream_socketio_peak": Metric(f"{_SAMPLER} estab_upstream_socketio",
-                                           "most ESTABLISHED connections"),
-    "tw_upstream_socketio_per_request": Metric(f"{_SAMPLER} tw_upstream_socketio, {_LOCUST}",
-                                               _PER_REQUEST),
-    # client -> entry port
-    "tw_front_peak": Metric(f"{_SAMPLER} tw_front", "most TIME_WAIT sockets"),
-    "tw_front_client_peak": Metric(f"{_SAMPLER} tw_front_client", _CLIENT_SIDE),
-    "tw_front_server_peak": Metric(f"{_SAMPLER} tw_front_server", _SERVER_SIDE),
-    "estab_front_peak": Metric(f"{_SAMPLER} estab_front", "most ESTABLISHED connections"),
-    "tw_front_per_request": Metric(f"{_SAMPLER} tw_front, {_LOCUST}", _PER_REQUEST),
+    # each connection class: app -> Redis, Nginx -> app (stages with a front), Nginx -> the
+    # Socket.IO server (stage 9: /socket.io/ on a server of its own), client -> entry port
+    **{name: metric for cls in CLASSES for name, metric in class_metrics(cls).items()},
     "tw_total_peak": Metric(f"{_SAMPLER} tw_total", "most TIME_WAIT sockets in the stage"),
     # with several client hosts (--client-hosts 2: cpu_locust, cpu_locust_client2), each
     # client_cpu_* is the busiest host's

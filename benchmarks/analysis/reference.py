@@ -53,11 +53,14 @@ STAGE_FILES = (results.LOCUST_JSON, results.LOCUST_STATS, results.LOCUST_HISTORY
 # twins' own outputs), so that the notebook and the README's table cover every stage
 # the labs before it teach.
 SETS = tuple(name for name in stages.SETS if name != "failures")
+# Stages newer than the capture, left out until a quiet run adds them (`--add`): stage 9
+# (granian) was measured only on a box shared with other load (others' CPU 40-70%).
+NOT_YET = ("9",)
 
 
 def captured_stages() -> list[stages.Stage]:
     """The stages notebooks/reference-run/ should hold, in the order a run takes them."""
-    return stages.select(",".join(SETS))
+    return [s for s in stages.select(",".join(SETS)) if s.key not in NOT_YET]
 
 # bytes; the capture is committed, so it must stay small (17 stages, ~87 kB each, of
 # which ~13 kB is the profile cut to its buckets' frames)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import secrets
 import shlex
 import signal
 import subprocess
@@ -33,7 +32,8 @@ from benchmarks.run import cli, environment, fitting, locust_cli, open_model, pr
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
-from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
+from benchmarks.run.stack import Stack, socketio_name
+from benchmarks.sandbox import hosts, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
 FRIENDS_PER_USER = 5
@@ -86,144 +86,6 @@ def leftovers(pid: int | None = None) -> list[str]:
     """Namespaces and processes of this lab that are still there."""
     pid = pid or os.getpid()
     return hosts.owned_namespaces(pid) + started_by(pid)
-
-
-class Stack:
-    """The stage's servers (Redis, the app, Nginx), each on its host, started in order,
-    stopped in reverse."""
-
-    def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
-        self.stage, self.box, self.dir = stage, box, stage_dir
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.roles: dict[str, str] = {}  # process name -> its host's role
-        self.secret = secrets.token_hex(16)
-
-    @property
-    def url(self) -> str:
-        return self.box.entry_url
-
-    def app_env(self, role: str = "app", server: str = "http") -> dict:
-        """The environment of app host `role`'s `server` (Stage.commands: `http`, or
-        `socketio`, the Socket.IO server of a stage that has one)."""
-        # The lab measures connection handling, not the password hash: seeded users get
-        # a cheap one, so their logins at the start of a run don't fill the latency tail
-        # (the app's default, scrypt, costs tens of ms of CPU per login).
-        # gunicorn reads GUNICORN_CMD_ARGS besides its command line, so the stage's command
-        # stays the one the docs show: an access log in the shape access_logs.REQUEST_LINE reads
-        # (the lab's independent count of answered requests).
-        # The request time closes each line (%(L)s, seconds): the server's own latency.
-        # `flask run` and granian log no times, so under them the app writes the same lines
-        # itself. A Socket.IO server of its own has its own log.
-        # And no control socket (gunicorn 25+): every gunicorn would make the same
-        # ~/.gunicorn/gunicorn.ctl, the lab's servers and the tests' at once.
-        log_name = (results.socketio_access_log(role) if server == "socketio"
-                    else results.app_access_log(role))
-        log_path = str(self.dir / log_name)
-        access_log = shlex.join([*access_logs.gunicorn_args(log_path), "--no-control-socket"])
-        command = self.stage.commands()[server]
-        timed = {} if command[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
-        redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
-        return procs.child_env(procs.environment_bin(self.stage.environment),
-                               FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
-                               FLASK_REDIS_MODE=self.stage.redis_mode,
-                               FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
-                               GUNICORN_CMD_ARGS=access_log, **self.stage.env)
-
-    def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None,
-               port: int | None = None) -> None:
-        """Start `cmd` on `role`'s host as process `name` (its log `name`.log), and wait
-        until its port (the host's own, or `port`) answers."""
-        proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
-                           env=env or procs.child_env(), cwd=ROOT)
-        self.procs[name], self.roles[name] = proc, role
-        try:
-            procs.wait_for_port(port or self.box.port(role), host=self.box.address(role),
-                                proc=proc, timeout=30, netns=self.box.namespace(role))
-        except procs.ServiceError as e:
-            log = (self.dir / f"{name}.log").read_text(errors="replace")[-2000:]
-            raise StageFailed(f"{name} did not start: {e}\n--- {name}.log (end) ---\n{log}") from e
-
-    def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        redis_dir = self.dir / "redis"
-        redis_dir.mkdir(exist_ok=True)
-        self._start("redis", "redis", procs.redis_command(
-            self.box.port("redis"), redis_dir, host=self.box.address("redis")))
-        apps = self.stage.app_roles
-        for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
-            servers = self.stage.commands(self.box.address(role), self.box.port(role),
-                                          self.box.port("socketio"))
-            for server, cmd in servers.items():  # and app_socketio (.log) beside its app
-                exe = procs.tool(cmd[0], procs.environment_bin(self.stage.environment))
-                self._start(socketio_name(role) if server == "socketio" else role, role,
-                            [exe, *cmd[1:]], self.app_env(role, server),
-                            self.box.port("socketio") if server == "socketio" else None)
-        for role in apps:
-            self.wait_for_health(f"{self.box.url(role)}/healthz")
-            if self.stage.socketio_server:
-                self.wait_for_health(f"{self.box.socketio_url(role)}/healthz")
-        if self.stage.front:
-            socketio = [(self.box.address(r), self.box.port("socketio")) for r in apps
-                        if self.stage.socketio_server]
-            conf = nginx_conf.render(self.stage.front, self.dir / results.NGINX_DIR,
-                                     apps=[(self.box.address(r), self.box.port(r)) for r in apps],
-                                     socketio=socketio,
-                                     front=(self.box.address("proxy"), self.box.port("proxy")),
-                                     balance=self.stage.balance,
-                                     worker_connections=self.stage.worker_connections)
-            checked = nginx_conf.check(conf, self.box.prefix("proxy"))
-            if checked.returncode != 0:
-                raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
-            self._start("nginx", "proxy", nginx_conf.command(conf))
-
-    def wait_for_health(self, url: str, timeout: float = 30) -> None:
-        """Until the app answers /healthz 200 to the client host: the port opens before
-        the workers boot."""
-        probe = ("import sys, time, urllib.request\n"
-                 f"end = time.monotonic() + {timeout}\n"
-                 "while time.monotonic() < end:\n"
-                 "    try:\n"
-                 "        if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200:\n"
-                 "            sys.exit(0)\n"
-                 "    except OSError:\n"
-                 "        time.sleep(0.2)\n"
-                 "sys.exit(1)\n")
-        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops it,
-        # not the probe (which would print its own KeyboardInterrupt traceback).
-        code = subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
-                              timeout=timeout + 10, start_new_session=True).returncode
-        if code != 0:
-            raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
-                              f"see {self.dir / 'app.log'}")
-
-    def pids(self) -> dict[str, int]:
-        return {name: p.pid for name, p in self.procs.items()}
-
-    def stop(self) -> None:
-        # gunicorn's TERM is a graceful stop, which waits out the eventlet worker's 1 s
-        # ticks (3 s here); after the load nothing is in flight, so QUIT, its quick
-        # shutdown (1 s). Flask's server and granian take TERM.
-        # QUIT goes to gunicorn's master only, which hands it to its workers: a second QUIT
-        # (the group's) arriving inside a gthread worker's first one's handler deadlocks in
-        # ThreadPoolExecutor.shutdown (CPython issue 121649) until the KILL 10 s later.
-        with sandbox.uninterrupted():
-            procs.stop_all([(self.procs.pop(name), *self._stop_signal(name))
-                            for name in reversed(list(self.procs))])
-
-    def _stop_signal(self, name: str) -> tuple[int, bool]:
-        """(signal, to the group's leader only): QUIT to a gunicorn app server's master,
-        TERM to the group of anything else."""
-        commands = self.stage.commands()
-        server = ("socketio" if name in map(socketio_name, self.stage.app_roles)
-                  else "http" if name in self.stage.app_roles else None)
-        gunicorn = server is not None and commands[server][0] == "gunicorn"
-        return (signal.SIGQUIT, True) if gunicorn else (signal.SIGTERM, False)
-
-
-def socketio_name(role: str) -> str:
-    """The process name (and log, sampler component) of app host `role`'s Socket.IO
-    server, in a stage that has one: `app_socketio`, counted in the app's CPU."""
-    return f"{role}_socketio"
 
 
 def seed_stage_users(stack: Stack, count: int) -> Path:
