@@ -7,10 +7,10 @@ the measured window, then draws the flame graph. A stage with two app hosts is
 profiled on `app` only. A stage with two servers on its app host (stage 9: granian
 for HTTP, gunicorn for Socket.IO) gets a py-spy on each, their stacks in one file.
 
-granian's HTTP work is Rust on threads with no Python frame: py-spy, which reads
-Python stacks, sees the app's code in granian's blocking threads (and granian's
-small Python glue, granian/wsgi.py), not the HTTP parsing and socket I/O, which the
-sampler's CPU still counts (benchmarks/profile/buckets.py, `unseen`).
+granian's HTTP work is Rust on a thread with no Python frame (`tokio-rt-worker`):
+py-spy, which reads Python stacks, sees the app's code in granian's blocking threads
+(and granian's Python glue, granian/wsgi.py), not the HTTP parsing and socket I/O,
+which the sampler's CPU still counts (about a tenth of granian's CPU in lab 15).
 
 Requirements: py-spy (`make setup` installs it; `.venv/bin/pip install py-spy`)
 and permission to ptrace the server (root, or kernel.yama.ptrace_scope 0). Without

@@ -38,7 +38,8 @@ def versions() -> dict:
 
 # asked of a server environment's own Python: what it would run, and every package in it
 _ASK = ("import json, platform\nfrom importlib import metadata\nfound = {}\n"
-        "for name in ('gunicorn', 'eventlet', 'gevent', 'flask-socketio', 'werkzeug'):\n"
+        "for name in ('gunicorn', 'eventlet', 'gevent', 'granian', 'flask-socketio',\n"
+        "             'werkzeug'):\n"
         "    try:\n        found[name] = metadata.version(name)\n"
         "    except metadata.PackageNotFoundError:\n        found[name] = None\n"
         "every = {d.metadata['Name']: d.version for d in metadata.distributions()}\n"

@@ -86,3 +86,16 @@ def test_run_json_records_every_package_of_each_environment_a_run_used():
     assert record[stages.EVENTLET]["packages"]["gunicorn"] == "25.3.0"
     assert "eventlet" not in record[stages.CURRENT]["packages"]
     assert record[stages.CURRENT]["packages"]["locust"]
+
+
+def test_run_json_names_both_servers_of_stage_9_with_their_versions():
+    """run.json `servers` of stage 9: granian's version (as its environment's own Python
+    reads it) for the HTTP API, and gunicorn's with gevent for Socket.IO; one server for
+    a stage without a Socket.IO server of its own."""
+    served = environment.servers(stages.get("9"))["app"]
+    granian = subprocess.run([str(procs.environment_bin(stages.CURRENT) / "granian"),
+                              "--version"], capture_output=True, text=True, timeout=60)
+    assert served["server"] == f"granian {granian.stdout.split()[-1]}" == "granian 2.8.7"
+    assert served["socketio"] == {"server": "gunicorn 27.0.1", "worker_class": "gevent",
+                                  "worker_library": "gevent 26.9.0"}
+    assert "socketio" not in environment.servers(stages.get("8"))["app"]
