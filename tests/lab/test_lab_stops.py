@@ -236,7 +236,7 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--duration", "0"], "--duration must be at least 1 second"),
     (["--spawn-rate", "0"], "--spawn-rate must be above 0"),
     (["--stages", ""], "--stages is empty"),
-    (["--stages", "9"], "unknown stage '9'"),
+    (["--stages", "99"], "unknown stage '99'"),
     (["--stages", "5,6", "--sandbox", "host"], "stage(s) 6 run two app hosts, which need "
                                                "--sandbox netns"),
     (["--client-hosts", "0"], "--client-hosts must be 1-2"),
