@@ -98,7 +98,7 @@ def test_parse_wrk_reads_rate_median_and_timeouts():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--stages", "9"], "9"),
+    (["--stages", "99"], "99"),
     (["--duration", "0"], "at least 1"),
     (["--forms", "ab"], "choose among wrk, wrk-t1, wrk-paused"),
 ], ids=["unknown-stage", "zero-duration", "unknown-form"])
