@@ -58,8 +58,8 @@ with them:
   distributed mode by the master, with every worker's added up (worker_messages.py).
 - `--latency-file` (not a `--chat-` setting: it takes every request): an
   HdrHistogram log (.hlog) of every request's time, µs to 3 significant digits,
-  written as the test stops; in distributed mode by the master, every worker's
-  added up (latency_log.py).
+  written as the test stops (by the master, every worker's added up; default:
+  `latency.hlog` beside `--json-file`'s, when given, as in the lab's runs).
 - `--chat-burst-every`: seconds between bursts (default 0: a steady load). Every
   chat user waits for the next multiple of it on the clock (plus up to
   `BURST_JITTER`), so all of them send together and then leave their

@@ -36,6 +36,7 @@ from pathlib import Path
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader, HistogramLogWriter
 
+FILE_NAME = "latency.hlog"  # without --latency-file: beside Locust's --json-file
 LOWEST_US = 1
 HIGHEST_US = 3600 * 1_000_000  # an hour: a longer time is recorded as an hour
 DIGITS = 3  # significant digits: each value known to 0.1%
@@ -101,7 +102,8 @@ def install(events) -> None:
     def add_option(parser):
         parser.add_argument("--latency-file", default="",
                             help="write every request's time here as the test stops, as an "
-                                 "HdrHistogram log (.hlog, µs, 3 significant digits)")
+                                 "HdrHistogram log (.hlog, µs, 3 significant digits); "
+                                 f"default: {FILE_NAME} beside --json-file's, when given")
 
     @events.request.add_listener
     def on_request(request_type, name, response_time, **_kwargs):
@@ -112,6 +114,9 @@ def install(events) -> None:
     @events.init.add_listener
     def remember(environment, **_kwargs):
         ENVIRONMENT[:] = [environment]
+        opts = environment.parsed_options  # the lab's runs name --json-file, so they get one
+        if opts is not None and not opts.latency_file and getattr(opts, "json_file", None):
+            opts.latency_file = str(Path(opts.json_file).parent / FILE_NAME)
 
     @events.spawning_complete.add_listener
     def on_spawned(**_kwargs):  # where Locust resets its stats (--reset-stats), so do we

@@ -121,8 +121,6 @@ def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                 *chat_options(chat_settings or {})]
         if users_file:
             cmd += ["--chat-users-file", str(users_file)]
-        if csv_prefix:  # every request's time at 3 significant digits (latency_log.py)
-            cmd += ["--latency-file", str(csv_prefix.parent / results.LATENCY_HLOG)]
     if csv_prefix:  # the CSVs for their history, the JSON for exact totals, Locust's report
         cmd += ["--csv", str(csv_prefix), "--json-file", str(csv_prefix),
                 "--html", str(csv_prefix.parent / results.LOCUST_HTML)]

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from benchmarks import stages
+from benchmarks import latency_log, stages
 from benchmarks.stages import Stage
 
 RESULTS = stages.ROOT / "results"
@@ -77,8 +77,8 @@ LOCUST_STATS = "locust_stats.csv"
 LOCUST_JSON = "locust.json"  # --json-file: every request, written as Locust exits
 LOCUST_HTML = "locust.html"  # --html: Locust's own report of the measured run
 LOCUST_HISTORY = "locust_stats_history.csv"
-# --latency-file: every request's time in an HdrHistogram log (benchmarks/latency_log.py)
-LATENCY_HLOG = "latency.hlog"
+# every request's time in an HdrHistogram log, beside locust.json (benchmarks/latency_log.py)
+LATENCY_HLOG = latency_log.FILE_NAME
 SAMPLER_CSV = "sampler.csv"
 SYSCTL_JSON = "sysctl.json"
 VERIFY_JSON = "verify.json"
