@@ -155,6 +155,10 @@ class Load:
     front: bool = False  # a proxy in front (its error log is watched)
 
 
+# nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
+NGINX_LOG_FLUSH_S = 1.2
+
+
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
             user_classes) -> float | None:
     """Load before measuring; the answered requests a second it saw (None: no warm-up).
@@ -174,6 +178,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
+    if load.front and load.warmup_url == load.url:  # through Nginx: its last lines are
+        time.sleep(NGINX_LOG_FLUSH_S)  # buffered; the measured count starts after them
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
     except (OSError, ValueError):
