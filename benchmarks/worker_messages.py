@@ -203,6 +203,9 @@ def say_join(environment, who: str, theirs: dict, mine: dict) -> None:
     if theirs != mine:
         log.error("worker %s refused: it runs %s, this master %s", who, describe(theirs),
                   describe(mine))
+        # Locust counted it ready on its first message, and may have started the test
+        # with it before this refusal: whatever follows, the run failed
+        environment.process_exit_code = 1
         return
     options = environment.parsed_options
     # --expect-workers counts only for a headless master (lab up's waits for none)
