@@ -230,7 +230,7 @@ def locust_totals(stage_dir: Path) -> dict:
         raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
     return {**_group_totals(http, ""),
             **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_"),
-            **open_model.percentiles(stage_dir, _http), **sessions(stage_dir)}
+            **open_model.tail_figures(stage_dir, _http), **sessions(stage_dir)}
 
 
 def _http(tag: str) -> bool:

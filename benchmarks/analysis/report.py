@@ -91,11 +91,11 @@ def summary_table(run_dir: Path) -> str:
 
 def sources_line(run_dir: Path) -> str:
     """Which source each stage's p50/p95/p99 come from, and its precision (stats.SOURCES):
-    an open-model stage's from its .hlog (open_model.percentile_source), others Locust's."""
+    an open-model stage's from its .hlog (open_model.tail_source), others Locust's."""
     by_source: dict[str, list[str]] = {}
     acks = False
     for r in stage_results(run_dir):
-        by_source.setdefault(open_model.percentile_source(r["dir"]), []).append(
+        by_source.setdefault(open_model.tail_source(r["dir"]), []).append(
             r["stage"].dirname)
         acks = acks or r["metrics"].get("sio_p95_ms") is not None
     files = {"locust": results.LOCUST_JSON, "hdrhistogram": results.LATENCY_HLOG}

@@ -4,7 +4,7 @@ The figures of such a stage are the users' only when the client kept its schedul
 requests that started late, or not at all, are the client's shortfall, and the run
 says so beside them instead of reporting them as the server's.
 
-Its percentiles come from the stage's `latency.hlog` (`percentile_source`; computed in
+Its percentiles come from the stage's `latency.hlog` (`tail_source`; computed in
 benchmarks/analysis/metrics.py): the same times as Locust's, to 3 significant digits,
 by the lab's one rule. It is the open model whose tail runs past a second under a
 stall, where Locust keeps 100 ms buckets. The closed model's stay Locust's, as its web
@@ -54,7 +54,7 @@ def line(counts: dict) -> str:
     return said + (f"\n  UNRELIABLE: {why}" if why else "")
 
 
-def percentile_source(stage_dir: Path) -> str:
+def tail_source(stage_dir: Path) -> str:
     """Where a stage's HTTP percentiles come from: `hdrhistogram` (an open-model stage with
     its .hlog) or `locust` (the others, and runs from before the .hlog); stats.SOURCES
     says how precise each is."""
@@ -64,11 +64,11 @@ def percentile_source(stage_dir: Path) -> str:
     return "locust"
 
 
-def percentiles(stage_dir: Path, keep: Callable[[str], bool]) -> dict:
+def tail_figures(stage_dir: Path, keep: Callable[[str], bool]) -> dict:
     """`{p50_ms, p95_ms, p99_ms}` from the .hlog's rows that `keep` takes (a tag,
     `METHOD:name`), by the lab's rule (stats.percentile), to the µs; {} where the stage's
-    percentiles are Locust's (percentile_source)."""
-    if percentile_source(stage_dir) != "hdrhistogram":
+    percentiles are Locust's (tail_source)."""
+    if tail_source(stage_dir) != "hdrhistogram":
         return {}
     times = latency_log.times_ms(Path(stage_dir) / results.LATENCY_HLOG, keep)
     return {f"p{p}_ms": stats.percentile(times, p / 100) for p in (50, 95, 99)}

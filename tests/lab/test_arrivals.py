@@ -42,9 +42,9 @@ def test_an_open_model_stage_takes_its_percentiles_from_its_hlog(tmp_path):
     shutil.copytree(REFERENCE, run_dir, ignore=shutil.ignore_patterns("*.png", "*.folded"))
     stage_dir = run_dir / "02-connection-pool"
     closed = metrics.locust_totals(stage_dir)
-    assert open_model.percentile_source(stage_dir) == "locust"
+    assert open_model.tail_source(stage_dir) == "locust"
     (stage_dir / locust_cli.ARRIVALS_JSON).write_text(json.dumps({"rate": 50, "intended": 2}))
-    assert open_model.percentile_source(stage_dir) == "locust"  # no .hlog: a run from before
+    assert open_model.tail_source(stage_dir) == "locust"  # no .hlog: a run from before
     hlog_of(stage_dir / results.LATENCY_HLOG, {"GET:/rooms/[id]/messages": [5.0] * 990,
                                                "POST:/auth/login": [1234.567] * 20,
                                                "WSIO:sendMessage": [9000.0] * 500})
