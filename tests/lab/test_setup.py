@@ -78,3 +78,37 @@ def test_this_box_passes_and_the_netns_check_leaves_nothing():
     assert proc.returncode == 0, err
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"ftl-preflight-{proc.pid}" not in left  # its own namespace, deleted
+
+
+# --- a checkout made on Windows -------------------------------------------------------
+
+def test_a_windows_checkout_keeps_lf_and_its_install_starts(tmp_path):
+    """Git for Windows checks out with core.autocrlf=true: .gitattributes keeps LF in
+    every file the box runs, so the install's first steps (make's pre-flight and the
+    system packages, the netns check) run from such a clone as from any other. It clones
+    what is committed (HEAD)."""
+    clone = tmp_path / "clone"
+    # -c after `clone`: kept in the clone's config, as Git for Windows' system config is
+    cloned = subprocess.run(["git", "clone", "-q", "-c", "core.autocrlf=true", str(ROOT),
+                             str(clone)], capture_output=True, text=True, timeout=120)
+    assert cloned.returncode == 0, cloned.stderr
+    files = subprocess.run(["git", "-C", str(clone), "ls-files", "--eol"],
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    # `i/lf w/crlf attr/...  path`: what the work tree got; captures (*.csv) stay as written
+    crlf = [ln.split("\t")[-1] for ln in files if "w/crlf" in ln.split("\t")[0]
+            and not ln.endswith(".csv")]
+    assert crlf == [], crlf[:10]
+    for name in ("Makefile", "Containerfile", "setup/preflight.sh", "setup/cloud-init.yaml",
+                 "nginx/conf.d/socketio-split.conf"):
+        assert b"\r" not in (clone / name).read_bytes(), name
+    if os.geteuid() != 0 or shutil.which("make") is None:
+        pytest.skip("the install's steps need root and make")
+    ran = subprocess.run([shutil.which("make"), "-s", "preflight", "system-packages",
+                          f"PYTHON={shutil.which('python3')}"], cwd=clone, text=True,
+                         capture_output=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "MAKEFLAGS"})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "Illegal option" not in ran.stderr
+    netns = subprocess.run(["sh", "setup/preflight.sh", "netns"], cwd=clone, text=True,
+                           capture_output=True, timeout=30)
+    assert netns.returncode == 0, netns.stderr
