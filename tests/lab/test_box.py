@@ -183,4 +183,27 @@ def test_the_dev_container_runs_the_image_privileged_with_the_ui_forwarded():
     workdir = re.search(r"^WORKDIR (\S+)$", built.read_text(), flags=re.M)[1]
     assert config["workspaceFolder"] == workdir
     assert "--privileged" in config["runArgs"] and 8089 in config["forwardPorts"]
-    assert f"target={workdir}/results" in config["workspaceMount"]
+    # nothing runs on the host, whose shell differs (cmd.exe on Windows)
+    assert "initializeCommand" not in config
+    assert "source=${localWorkspaceFolder},target=/workspace," in config["workspaceMount"]
+
+
+def test_the_dev_container_links_results_into_the_workspace_once(tmp_path):
+    """postCreateCommand, run by sh as the container does, on copies of /lab and
+    /workspace: /lab/results becomes a link to the workspace's results/ (made if
+    missing), and a second run (a rebuilt container's) changes nothing."""
+    import json
+    import re
+
+    text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
+    command = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))["postCreateCommand"]
+    lab, workspace = tmp_path / "lab", tmp_path / "workspace"
+    (lab / "results").mkdir(parents=True)      # the image's empty /lab/results
+    workspace.mkdir()
+    command = command.replace("/workspace", str(workspace)).replace("/lab", str(lab))
+    for _ in range(2):
+        ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=10)
+        assert ran.returncode == 0, ran.stderr
+    assert (lab / "results").resolve() == workspace / "results"
+    (lab / "results" / "run").mkdir()
+    assert (workspace / "results" / "run").is_dir()
