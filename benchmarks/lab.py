@@ -201,10 +201,11 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
     if ui_address == "127.0.0.1":
         lines.append(f"  Locust's web UI (Sockets tab): {ui_url}  (from a laptop: "
                      f"ssh -L {ui_port}:127.0.0.1:{ui_port} user@this-machine)")
-    else:  # a container's port mapping or a VM's forwarded port reaches it
+    else:  # a container's port mapping or a VM's own address reaches it
         lines.append(f"  Locust's web UI (Sockets tab): {ui_url}, listening on "
                      f"{ui_address}:{ui_port}  (from the laptop that runs this container "
-                     f"or VM, through its port mapping: http://localhost:{ui_port})")
+                     f"or VM: http://localhost:{ui_port} through a port mapping, or "
+                     f"http://VM_ADDRESS:{ui_port})")
     if len(box.clients) > 1:
         lines.append(f"  Locust's master on client, a worker on {' and '.join(box.clients)}; "
                      f"one more by hand, as on another machine: python -m benchmarks.lab exec "
@@ -428,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where the web UI listens: 127.0.0.1, this machine only (the "
                          "default), or 0.0.0.0, every interface, for a container's port "
                          f"mapping or a VM's forwarded port (the image's default, from "
-                         f"${web_ui.UI_ADDRESS_ENV})")
+                         f"${web_ui.UI_ADDRESS_ENV}; a VM's, from {web_ui.BOX_CONF})")
     add_host_counts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)

@@ -41,10 +41,29 @@ LOCUST_START_TIMEOUT = 60.0
 # container's port mapping (docker run -p 8089:8089) reaches its own interface, never
 # its 127.0.0.1; so does the VM recipe, whose forwarded port does the same.
 UI_ADDRESS_ENV = "FTL_UI_ADDRESS"
+# The same setting as a `FTL_UI_ADDRESS=...` line in the box's own file, which the VM
+# recipe (setup/cloud-init.yaml) writes: a file survives `sudo`, which drops the
+# variables a login shell set.
+BOX_CONF = Path("/etc/flask-tuning-lab.conf")
 
 
 def default_ui_address() -> str:
-    return os.environ.get(UI_ADDRESS_ENV) or "127.0.0.1"
+    """--ui-address's default: $FTL_UI_ADDRESS, else the box's file, else 127.0.0.1."""
+    return os.environ.get(UI_ADDRESS_ENV) or box_setting(UI_ADDRESS_ENV) or "127.0.0.1"
+
+
+def box_setting(name: str) -> str | None:
+    """`NAME=value` from BOX_CONF (shell syntax: the last line wins, quotes stripped)."""
+    try:
+        lines = BOX_CONF.read_text().splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        key, eq, value = line.strip().partition("=")
+        if eq and key == name:
+            found = value.strip().strip("'\"")
+    return found or None
 
 
 def claim_port(port: int, address: str = "127.0.0.1") -> socket.socket:
