@@ -9,9 +9,11 @@ import json
 import os
 import platform
 import runpy
+import shutil
 import subprocess
 from datetime import datetime
 from importlib import metadata
+from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.capture import cpu_sets
@@ -33,7 +35,34 @@ def versions() -> dict:
         redis_v = next((w.split("=", 1)[1] for w in redis_v if w.startswith("v=")), None)
     except procs.ServiceError:
         redis_v = None
-    return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version()}
+    return {"packages": pkgs, "redis-server": redis_v, "nginx": nginx_conf.version(),
+            "chromium": chromium_version(), "system": system_name()}
+
+
+def chromium_version() -> str | None:
+    """The screenshots' browser, as it names itself ("Chromium 156.0.8078.73 built on
+    Debian ..."), or None where there is none."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        return None
+    try:
+        out = subprocess.run([found, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out or None
+
+
+def system_name() -> str | None:
+    """The distribution, as /etc/os-release names it ("Debian GNU/Linux 13 (trixie)")."""
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key == "PRETTY_NAME":
+                return value.strip().strip('"')
+    except OSError:
+        pass
+    return None
 
 
 # asked of a server environment's own Python: what it would run, and every package in it

@@ -8,7 +8,7 @@ tab, waits, and saves a screenshot of it to results/up/<stage>/sockets-tab.png;
 then stops the swarm. tests/lab/test_ui.py drives the same functions.
 
 REQUIREMENTS: Debian's `chromium` and `chromium-driver` (`make setup` installs
-them: Makefile SYSTEM_TOOLS), selenium (requirements.txt). No network: the
+them where apt has them: Makefile BROWSER_TOOLS), selenium (requirements.txt). No network: the
 driver is Debian's, never downloaded by Selenium Manager.
 """
 

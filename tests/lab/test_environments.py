@@ -8,8 +8,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +101,21 @@ def test_run_json_names_both_servers_of_stage_9_with_their_versions():
     assert served["socketio"] == {"server": "gunicorn 27.0.1", "worker_class": "gevent",
                                   "worker_library": "gevent 26.9.0"}
     assert "socketio" not in environment.servers(stages.get("8"))["app"]
+
+
+def test_run_json_names_the_system_and_the_browser_it_ran_on():
+    """run.json's versions: the distribution (Debian 12 or 13 differ in Python, Redis,
+    Nginx and Chromium) and the browser that took the screenshots, as they name
+    themselves; Python's is run.json's `python`."""
+    found = environment.versions()
+    release = dict(line.split("=", 1) for line in
+                   Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    assert found["system"] == release["PRETTY_NAME"].strip('"')
+    browser = shutil.which("chromium")
+    if browser is None:
+        assert found["chromium"] is None
+    else:
+        said = subprocess.run([browser, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+        assert found["chromium"] == said and said.startswith("Chromium ")
+    assert found["redis-server"] and found["nginx"]
