@@ -1,9 +1,11 @@
 #!/bin/sh
 # What `make setup` checks before it installs anything (`box`) and once the system
-# packages are in (`netns`). Each failure is one line that says what is missing and
+# packages are in (`netns`, then the CPUs the box gives, a note when fewer than 2;
+# `cpus` prints that count). Each failure is one line that says what is missing and
 # the command that fixes it; the first one stops make.
 #   sh setup/preflight.sh box PYTHON
 #   sh setup/preflight.sh netns
+#   sh setup/preflight.sh cpus
 set -u
 PATH="$PATH:/usr/sbin:/sbin"
 
@@ -53,9 +55,38 @@ check_netns() {
     ip netns delete "$ns"
 }
 
+# The CPUs this box really gives the lab: its affinity (nproc) capped by the cgroup's
+# CPU quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us), as `docker run --cpus` and a VM's
+# or Docker Desktop's CPU setting set them.
+usable_cpus() {
+    n=$(nproc)
+    quota=""
+    v2=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null)
+    v1=$(sed -n -E 's/^[0-9]+:([^:]*,)?cpu(,[^:]*)?:(.*)$/\3/p' /proc/self/cgroup 2>/dev/null)
+    if [ -n "$v2" ] && [ -r "/sys/fs/cgroup${v2%/}/cpu.max" ]; then
+        read -r q p <"/sys/fs/cgroup${v2%/}/cpu.max"
+        [ "$q" = max ] || quota=$(( (q + p - 1) / p ))
+    elif [ -n "$v1" ] && [ -r "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_quota_us" ]; then
+        q=$(cat "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_quota_us")
+        p=$(cat "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_period_us")
+        [ "$q" -gt 0 ] && quota=$(( (q + p - 1) / p ))
+    fi
+    [ -n "$quota" ] && [ "$quota" -lt "$n" ] && n=$quota
+    echo "$n"
+}
+
+# Fewer than 2 CPUs: the lab still runs, with the servers and Locust on one CPU, whose
+# numbers then depend on Locust's own CPU; one line says how to give more.
+check_cpus() {
+    n=$(usable_cpus)
+    [ "$n" -ge 2 ] && return 0
+    echo "setup: note: this box gives the lab $n CPU; it wants 2 (the servers on one, Locust on the other): Docker Desktop: Settings > Resources > CPUs; docker run --cpus 2; Lima or Multipass: --cpus 2; WSL: processors= in .wslconfig. Going on" >&2
+}
+
 MAKE_GOAL=${MAKE_GOAL:-setup}
 case "${1:-}" in
     box) check_system; check_python "${2:-python3}" ;;
-    netns) check_netns ;;
-    *) fail "usage: sh setup/preflight.sh box PYTHON | netns" ;;
+    netns) check_netns; check_cpus ;;
+    cpus) usable_cpus ;;
+    *) fail "usage: sh setup/preflight.sh box PYTHON | netns | cpus" ;;
 esac

@@ -112,3 +112,36 @@ def test_a_windows_checkout_keeps_lf_and_its_install_starts(tmp_path):
     netns = subprocess.run(["sh", "setup/preflight.sh", "netns"], cwd=clone, text=True,
                            capture_output=True, timeout=30)
     assert netns.returncode == 0, netns.stderr
+
+
+# --- the CPUs a box gives the lab ------------------------------------------------------
+
+def usable_cpus(prefix: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, "sh", str(PREFLIGHT), "cpus"], cwd=ROOT, text=True,
+                          capture_output=True, timeout=30)
+
+
+def test_the_cpus_a_box_gives_count_its_affinity_and_its_cpu_quota(tmp_path):
+    """`docker run --cpus 1` sets a CPU quota, not an affinity: both count. Here the
+    affinity by taskset, the quota in a cgroup v1 of the test's own (this kernel's)."""
+    if not shutil.which("taskset") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs taskset and 2 CPUs")
+    assert usable_cpus([]).stdout.strip() == str(len(os.sched_getaffinity(0)))
+    assert usable_cpus(["taskset", "-c", "0"]).stdout.strip() == "1"
+    said = subprocess.run(["taskset", "-c", "0", "sh", str(PREFLIGHT), "netns"], cwd=ROOT,
+                          text=True, capture_output=True, timeout=30)
+    if said.returncode == 0:    # root, a netns here: the note, and the check goes on
+        assert said.stderr.startswith("setup: note: this box gives the lab 1 CPU; it wants 2")
+    cpu = "/sys/fs/cgroup/cpu"
+    if os.geteuid() != 0 or not os.path.exists(f"{cpu}/cpu.cfs_quota_us"):
+        pytest.skip("the quota's part needs root and cgroup v1's cpu controller")
+    group = f"{cpu}/ftl-cpus-{os.getpid()}"
+    os.mkdir(group)
+    try:
+        for name, value in (("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "100000")):
+            with open(f"{group}/{name}", "w") as f:
+                f.write(value)
+        ran = usable_cpus(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', group])
+    finally:
+        os.rmdir(group)     # empty again: its one process has exited
+    assert ran.stdout.strip() == "1", ran.stderr
