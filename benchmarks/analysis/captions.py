@@ -13,7 +13,8 @@ HOW_TO_READ = {
         "red box says many requests failed, their fast 502s make the latency look good. "
         "A black dash is the p95 in the server's own access log: the gap up to Locust's "
         "bar is time spent outside the server (the network, Locust's own queueing). With "
-        "--repeats, a black dot and whiskers are a stage's mean RPS and its 95% interval "
+        "--repeats, a black dot and whiskers are a stage's geometric mean RPS and its 95% "
+        "interval "
         "(the bar is the first repeat), and `n.s.` marks a step that is not significant "
         f"(its paired test on the ratios within each repeat: p >= {stats.ALPHA:g})."),
     "time_wait": (

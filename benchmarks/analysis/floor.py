@@ -9,9 +9,10 @@ benchmarks.analysis.report` and a notebook say the same thing:
     print(floor.table(floor.summarize(data)))       # each request type and the mix
     print(floor.section(run_dir))                   # report.md's: the stages against it
 
-All figures are ms per request; means over the study's repeats with 95% intervals
-(stats.interval). A stage's multiple is the mean of its figure over its repeats
-divided by the floor's mix: `app_cpu_ms_per_request` against the app's own CPU,
+All figures are ms per request; geometric means over the study's repeats with 95%
+intervals (stats.interval, log scale: a time's interval cannot cross zero). A stage's
+multiple is the geometric mean of its figure over its repeats divided by the floor's
+mix's: `app_cpu_ms_per_request` against the app's own CPU,
 `server_cpu_ms_per_request` (app, Nginx and Redis) against the app's and Redis's.
 """
 
@@ -26,7 +27,7 @@ from benchmarks.run import results
 MIX = "mix"  # the row of the weighted mix
 FIGURES = ("app_cpu_ms", "redis_cpu_ms", "wall_ms")  # per request, each type, each repeat
 CSV_COLUMNS = ("type", "weight", "requests", *(f"{f}_{part}" for f in FIGURES
-                                               for part in ("mean", "low", "high")))
+                                               for part in ("gmean", "low", "high")))
 # the stage figures (benchmarks/analysis/metrics.py) and the floor's they are read against
 AGAINST = {"app_cpu_ms_per_request": ("app_cpu_ms",),
            "server_cpu_ms_per_request": ("app_cpu_ms", "redis_cpu_ms")}
@@ -56,7 +57,8 @@ def summarize(data: dict) -> list[dict]:
 
 
 def shown(iv: dict, digits: int = 3) -> str:
-    """`0.412 [0.405, 0.419]`, the mean alone with one repeat, `-` with none."""
+    """`0.412 [0.405, 0.419]` (geometric mean [95% interval]), the mean alone with one
+    repeat, `-` with none."""
     if iv["mean"] is None:
         return "-"
     if iv["low"] is None:
@@ -82,7 +84,7 @@ def write(folder: Path, data: dict) -> None:
         for r in summarize(data):
             writer.writerow({"type": r["type"], "weight": r["weight"], "requests": r["requests"],
                              **{f"{fig}_{part}": _round(r[fig][key]) for fig in FIGURES
-                                for part, key in (("mean", "mean"), ("low", "low"),
+                                for part, key in (("gmean", "mean"), ("low", "low"),
                                                   ("high", "high"))}})
 
 
@@ -102,8 +104,9 @@ def about(data: dict) -> str:
             f"no server; benchmarks/studies/floor.py), Redis real on its own CPU "
             f"({data['cpus']['redis']}; the app on {data['cpus']['app']}). Settings: "
             f"{settings}. Each request type for {data['seconds']:g} s per repeat, {n} "
-            f"repeat(s), commit `{data.get('git_commit')}`; ms per request, mean [95% "
-            "interval] over the repeats. App CPU = this process's CPU time (every thread: "
+            f"repeat(s), commit `{data.get('git_commit')}`; ms per request, geometric "
+            "mean [95% interval, log scale] over the repeats. App CPU = this process's CPU "
+            "time (every thread: "
             "the app and its Socket.IO queue listener); Redis CPU = redis-server's; wall = "
             "elapsed time per request, Redis's round trips included. The mix weights the "
             "types as ChatUser does (benchmarks/chat_mix.py)." + loop)
@@ -143,7 +146,8 @@ def section(run_dir: Path) -> str:
     lines = ["## The floor", "", about(data), "", table(rows), ""]
     against = stages_against(run_dir, data)
     if against:
-        lines += [f"Each stage's CPU per request (mean [95% interval] over its repeats) and "
+        lines += [f"Each stage's CPU per request (geometric mean [95% interval] over its "
+                  f"repeats) and "
                   f"its multiple of the floor's mix: the app server's "
                   f"(`app_cpu_ms_per_request`) against the app's own {app:.3f} ms, every "
                   f"server role's (`server_cpu_ms_per_request`: app, Nginx, Redis) against "

@@ -184,7 +184,7 @@ def _throughput_panel(top, m: pd.DataFrame, x) -> None:
 
 
 def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
-    """With --repeats: each stage's mean RPS and its 95% interval over the bar (the bar is
+    """With --repeats: each stage's geometric mean RPS and its 95% interval over the bar (the bar is
     the first repeat's), and a step its paired test does not find (repeats.paired)
     marked `n.s.`."""
     ivs = [over.get(key, {}).get("rps") for key in m["key"]]
@@ -194,7 +194,8 @@ def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
         if iv and iv["low"] is not None:
             whiskers = [[iv["mean"] - iv["low"]], [iv["high"] - iv["mean"]]]
             top.errorbar(i + 0.3, iv["mean"], yerr=whiskers, fmt="o", color="black", ms=4,
-                         capsize=5, zorder=6, label="mean, 95% interval" if i == 0 else None)
+                         capsize=5, zorder=6,
+                         label="geometric mean, 95% interval" if i == 0 else None)
     entries = [over.get(key) for key in m["key"]]
     for i, (a, b) in enumerate(zip(ivs, ivs[1:], strict=False)):
         tested = entries[i] and entries[i + 1] and repeats.paired(entries[i], entries[i + 1])

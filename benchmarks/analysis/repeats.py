@@ -2,9 +2,9 @@
 
 Repeat 1's stage folders are the run's own, repeat k's are under repeats/K/
 (benchmarks/run/results.py). For every stage: how many repeats measured it and
-passed all its checks, which checks failed in which repeat, and the mean with a
-95% interval of its RPS and p95 (for the plots); for each step between stages, the
-paired test of its ratios within each repeat (benchmarks/analysis/stats.py). The
+passed all its checks, which checks failed in which repeat, and the geometric mean
+with a 95% interval of its RPS and p95 (stats.interval, log scale); for each step
+between stages, the paired test of its ratios within each repeat (benchmarks/analysis/stats.py). The
 report, summary.csv and the throughput plot read this.
 """
 
@@ -19,10 +19,11 @@ from benchmarks.run import results
 FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
 FOREIGN = "foreign_cpu_pct"  # listed per repeat: a neighbour widens an interval
 # summary.csv's columns after metrics.SUMMARY_COLUMNS: how many repeats measured the
-# stage and passed all its checks; RPS and p95, each a mean, its standard deviation
-# and 95% interval (the interval empty with one repeat)
-COLUMNS = ("repeats", "repeats_passed", "rps_mean", "rps_sd", "rps_ci_low", "rps_ci_high",
-           "p95_mean", "p95_sd", "p95_ci_low", "p95_ci_high")
+# stage and passed all its checks; RPS and p95, each a geometric mean, the standard
+# deviation of the values and the 95% interval of the geometric mean (stats.interval;
+# the interval empty with one repeat)
+COLUMNS = ("repeats", "repeats_passed", "rps_gmean", "rps_sd", "rps_ci_low", "rps_ci_high",
+           "p95_gmean", "p95_sd", "p95_ci_low", "p95_ci_high")
 
 
 def by_stage(run_dir: Path) -> dict[str, dict]:
@@ -54,7 +55,7 @@ def columns(entry: dict) -> dict:
     row = {"repeats": entry["repeats"], "repeats_passed": entry["passed"]}
     for name, short in (("rps", "rps"), ("p95_ms", "p95")):
         iv = entry[name]
-        row.update({f"{short}_mean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
+        row.update({f"{short}_gmean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
                     f"{short}_ci_low": _round(iv["low"]), f"{short}_ci_high": _round(iv["high"])})
     return row
 

@@ -108,7 +108,7 @@ def sources_line(run_dir: Path) -> str:
 
 
 def repeats_section(run_dir: Path) -> str:
-    """With --repeats: each stage's mean and 95% interval, each step between
+    """With --repeats: each stage's geometric mean and 95% interval, each step between
     consecutive stages (and the first stage against the last) with its paired test,
     and every check that failed in a repeat. Empty for a run of one repeat."""
     over = repeats.by_stage(run_dir)
@@ -127,8 +127,9 @@ def repeats_section(run_dir: Path) -> str:
 
     lines = ["## Repeats", "",
              "Each stage ran once per repeat, the stages interleaved (0,1,2,0,1,2...) so "
-             "that a drift of the machine hits them alike. Mean [95% interval] over the "
-             "repeats (Student's t: with 3 repeats the interval is wide). A step is "
+             "that a drift of the machine hits them alike. Geometric mean [95% interval] over "
+             "the repeats (Student's t on the logs: a rate or a time cannot go below "
+             "zero, and with 3 repeats the interval is wide). A step is "
              "judged within each repeat, where a slow spell of the box moves both "
              "stages: its RPS ratio in each repeat, their geometric mean with its 95% "
              "interval, and p, the two-sided paired t test on the log ratios. "

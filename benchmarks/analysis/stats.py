@@ -1,8 +1,14 @@
 """The lab's statistics, in one place: intervals, the step test, the percentile rule.
 
-- **A stage's interval** (`interval`): mean ± t * sd / sqrt(n) over its repeats,
-  Student's t with n - 1 degrees of freedom from scipy.stats (4.30 with 3 repeats:
-  three runs that agree within 5% still give about ±12%). The plots draw these.
+- **An interval of a positive quantity** (`interval`: a time, CPU per request, a rate,
+  RPS, a percentile; every interval the lab prints is of one): on the log scale, the t
+  interval of the logs exponentiated, exp(mean log ± t * sd / sqrt(n)) with Student's t
+  of n - 1 degrees of freedom from scipy.stats (4.30 with 3 repeats: three runs that
+  agree within 5% still give about ±12%). Its centre is the geometric mean, and that is
+  the mean printed beside it. Why: a time cannot be negative, and a t interval on the
+  raw scale crosses zero with 3 noisy repeats (0.07, 0.53, 1.0 ms give 0.53
+  [-0.62, 1.69]); on the log scale it is 0.33 [0.011, 10.5]: wide, as three such repeats
+  are, but only over values the quantity can take. The plots draw these.
 - **A step between two stages** (`step`): the stages ran interleaved, once per
   repeat, so a drift of the box moves both; the step is judged on the ratio within
   each repeat. The test is a paired t test on the log ratios (a ratio of 2 and one
@@ -38,42 +44,53 @@ def t95(df: int) -> float:
 
 
 def interval(values) -> dict:
-    """{n, mean, sd, low, high} of the numbers among `values` (None skipped); sd, low and
-    high are None with fewer than two."""
+    """A positive quantity's interval over its repeats (the rule above): {n, mean (the
+    geometric mean), sd (of the values themselves, their spread as summary.csv gives
+    it), low, high (the 95% interval, log scale), log (True)}. None and NaN are
+    skipped; sd, low and high are None with fewer than two values. A value of 0 or less
+    has no log: then mean is the arithmetic mean, low and high None and log False
+    (such a figure is not a positive quantity, or a stage that answered nothing)."""
     xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    out = {"n": len(xs), "mean": None, "sd": None, "low": None, "high": None, "log": True}
     if not xs:
-        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
-    mean = statistics.fmean(xs)
+        return out
+    if min(xs) <= 0:
+        return {**out, "mean": statistics.fmean(xs), "log": False,
+                "sd": statistics.stdev(xs) if len(xs) > 1 else None}
     if len(xs) < 2:
-        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
-    sd = statistics.stdev(xs)
-    half = t95(len(xs) - 1) * sd / math.sqrt(len(xs))
-    return {"n": len(xs), "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
+        return {**out, "mean": xs[0]}
+    logs = [math.log(x) for x in xs]
+    centre = statistics.fmean(logs)
+    out["mean"] = math.exp(centre)
+    half = t95(len(xs) - 1) * statistics.stdev(logs) / math.sqrt(len(xs))
+    return {**out, "sd": statistics.stdev(xs), "low": math.exp(centre - half),
+            "high": math.exp(centre + half)}
+
+
+def mean(values) -> float | None:
+    """The arithmetic mean of the numbers among `values` (None skipped), for a figure
+    printed alone; one printed with an interval takes `interval`'s (geometric) mean."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return statistics.fmean(xs) if xs else None
 
 
 def step(ratios: list[float]) -> dict:
     """The paired test of a step from its ratios within each repeat: {n, ratio (geometric
-    mean), low, high (its 95% interval), t, p, significant}. With one ratio there is no
-    test: low, high, t, p and significant are None."""
+    mean), low, high (its 95% interval: `interval` of the ratios), t, p, significant}.
+    With one ratio there is no test: low, high, t, p and significant are None."""
+    iv = interval([r for r in ratios if r and r > 0])
+    out = {"n": iv["n"], "ratio": iv["mean"], "low": iv["low"], "high": iv["high"],
+           "t": None, "p": None, "significant": None}
+    if iv["low"] is None:
+        return out
     logs = [math.log(r) for r in ratios if r and r > 0]
-    out = {"n": len(logs), "ratio": None, "low": None, "high": None, "t": None, "p": None,
-           "significant": None}
-    if not logs:
-        return out
-    mean = statistics.fmean(logs)
-    out["ratio"] = math.exp(mean)
-    if len(logs) < 2:
-        return out
-    sd = statistics.stdev(logs)
-    half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
-    if sd == 0:  # every repeat gave the same ratio: no spread to test against
-        t, p = (math.inf, 0.0) if mean else (0.0, 1.0)
+    if statistics.stdev(logs) == 0:  # every repeat gave the same ratio: no spread to test
+        t, p = (math.inf, 0.0) if logs[0] else (0.0, 1.0)
     else:
         from scipy import stats as scipy_stats
         result = scipy_stats.ttest_1samp(logs, 0.0)
         t, p = float(result.statistic), float(result.pvalue)
-    return {**out, "low": math.exp(mean - half), "high": math.exp(mean + half), "t": t,
-            "p": p, "significant": p < ALPHA}
+    return {**out, "t": t, "p": p, "significant": p < ALPHA}
 
 
 def verdict(s: dict) -> str:
@@ -84,7 +101,13 @@ def verdict(s: dict) -> str:
         return f"{s['ratio']:.2f}x, one repeat: no test (run --repeats 3)"
     word = "significant" if s["significant"] else "not significant"
     p = "p < 0.001" if s["p"] < 0.001 else f"p = {s['p']:.3f}"
-    return f"{s['ratio']:.2f}x [{s['low']:.2f}, {s['high']:.2f}], {p}: {word}"
+    return f"{_x(s['ratio'])}x [{_x(s['low'])}, {_x(s['high'])}], {p}: {word}"
+
+
+def _x(ratio: float) -> str:
+    """A ratio to two decimals; under 0.1 to two significant digits, so that a small
+    bound reads as the positive number it is (0.0042, not 0.00)."""
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
 
 
 def percentile(counts: Mapping[float, int], fraction: float) -> float | None:

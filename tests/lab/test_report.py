@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -98,14 +100,34 @@ def test_write_full_run(run_copy):
     assert report.summary_table(run_copy) in text
 
 
-def test_an_interval_is_students_t_over_the_repeats():
+def test_an_interval_is_students_t_over_the_logs():
     iv = stats.interval([1.0, 2.0, None, 3.0])  # None: a repeat without the figure
-    assert (iv["n"], iv["mean"], iv["sd"]) == (3, 2.0, 1.0)
-    assert round(iv["high"] - iv["mean"], 3) == round(4.303 / 3 ** 0.5, 3)
-    assert stats.interval([5.0])["low"] is None
+    assert (iv["n"], round(iv["mean"], 4), iv["sd"]) == (3, round(6 ** (1 / 3), 4), 1.0)
+    logs = [math.log(x) for x in (1.0, 2.0, 3.0)]
+    half = 4.303 * statistics.stdev(logs) / 3 ** 0.5
+    assert round(math.log(iv["high"] / iv["mean"]), 3) == round(half, 3)
+    assert round(math.log(iv["mean"] / iv["low"]), 3) == round(half, 3)
+    assert stats.interval([5.0])["low"] is None and stats.interval([5.0])["mean"] == 5.0
     # Student's t past any table: wider than the normal 1.96, narrowing towards it
     assert [round(stats.t95(df), 3) for df in (2, 31, 40, 100)] == [4.303, 2.040, 2.021,
                                                                      1.984]
+
+
+def test_the_interval_of_a_positive_quantity_cannot_cross_zero():
+    """Three noisy repeats of a time (ms): on the raw scale mean ± t sd / sqrt(n) is
+    0.53 [-0.62, 1.69], a negative time; the lab's rule gives the geometric mean and an
+    interval inside (0, inf) around it."""
+    values = [0.07, 0.53, 1.0]
+    raw = statistics.fmean(values) - stats.t95(2) * statistics.stdev(values) / 3 ** 0.5
+    assert raw < 0  # what the rule is for
+    iv = stats.interval(values)
+    gmean = math.prod(values) ** (1 / 3)
+    assert round(iv["mean"], 9) == round(gmean, 9)
+    assert 0 < iv["low"] < gmean < iv["high"] < math.inf
+    # a value of 0 has no log: the arithmetic mean alone, said as such
+    zero = stats.interval([0.0, 1.0, 2.0])
+    assert (zero["mean"], zero["low"], zero["log"]) == (1.0, None, False)
+    assert stats.mean([1.0, None, 2.0]) == 1.5 and stats.mean([]) is None
 
 
 def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
@@ -179,8 +201,9 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     report.write(run_copy)
     _, rows = read_summary(run_copy)
     first = rows[0]
-    assert (first["repeats"], first["rps_mean"], first["rps_sd"]) == ("3", "300.0", "10.0")
-    assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
+    # the geometric mean, the values' own sd, the interval on the log scale
+    assert (first["repeats"], first["rps_gmean"], first["rps_sd"]) == ("3", "299.9", "10.0")
+    assert (first["rps_ci_low"], first["rps_ci_high"]) == ("276.0", "325.8")
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
     assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant (each repeat 1.02, "
@@ -188,10 +211,42 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
             "server's CPUs" in text)
     assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001: significant (each repeat 1.97, 2.07, "
             "1.97)" in text)
-    assert "| 00-builtin | 3/3 | 300.0 [275.2, 324.8] | " in text and "| 1, 40, 1 |" in text
+    assert "| 00-builtin | 3/3 | 299.9 [276.0, 325.8] | " in text and "| 1, 40, 1 |" in text
     assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
     assert text.count("(repeat ") == 1  # the only run past the limit
     assert f"- repeat 3, stage 2: `{checks[0]['expected']}`" in text
+
+
+INTERVAL = re.compile(r"\[(-?[\d.,]+), (-?[\d.,]+)\]")
+
+
+def test_no_interval_in_a_report_crosses_zero(run_copy):
+    """Three repeats as noisy as 0.07, 0.53, 1.0 (RPS, p95, CPU per request) and a floor
+    whose wall times are as noisy: every interval report.md prints (stages, steps, the
+    floor, each stage against it) lies above zero, where the raw t interval of each
+    would reach below it."""
+    noisy = (0.07, 0.53, 1.0)
+
+    def more(key: str, k: int) -> dict:
+        scale = noisy[k - 1]
+        return {"p95_ms": 100 * scale, "app_cpu_ms_per_request": 2 * scale,
+                "server_cpu_ms_per_request": 3 * scale}
+
+    with_repeats(run_copy, {"1": tuple(1000 * x for x in noisy),
+                            "2": tuple(900 * x for x in reversed(noisy))}, more)
+    types = {"me": 1, "friends": 2}
+    floor_data = {"stage": "8", "settings": {}, "cpus": {"app": "0", "redis": "1"},
+                  "seconds": 1.0, "weights": types, "git_commit": "x",
+                  "repeats": [{t: {"requests": 100, "app_cpu_ms": 0.4 * x,
+                                   "redis_cpu_ms": 0.1 * x, "wall_ms": x}
+                               for t in types} for x in noisy]}
+    results.write_json(run_copy / results.FLOOR_JSON, floor_data)
+    report.write(run_copy)
+    text = (run_copy / "report.md").read_text()
+    found = [(float(a.replace(",", "")), float(b.replace(",", "")))
+             for a, b in INTERVAL.findall(text)]
+    assert len(found) >= 10, text  # stages' RPS and p95, the steps, the floor's rows
+    assert all(0 < low < high for low, high in found), found
 
 
 def test_write_some_stages_without_nginx(run_copy):
