@@ -30,6 +30,7 @@ from collections.abc import Mapping
 # scipy (and numpy under it) is imported where a test is computed: `lab list` imports
 # the report, and starts without them (tests/lab/test_layout.py)
 ALPHA = 0.05  # a step is "significant" when its paired test's p is below this
+CANNOT_TELL = "this run cannot tell"  # ends every "not significant" (verdict)
 ENOUGH = 10  # requests beyond a percentile for it to be shown: p99 needs 1,000
 # where a percentile's times come from, and to what precision they are kept
 # (locust.stats.bucket_response_time; latency_log.DIGITS)
@@ -94,14 +95,25 @@ def step(ratios: list[float]) -> dict:
 
 
 def verdict(s: dict) -> str:
-    """`2.09x [1.46, 2.99], p = 0.013: significant`, as the report and the docs say it."""
+    """A step in words, the one form the report, `lab run` and the pages use:
+    `2.09x [1.46, 2.99], p = 0.013: significant`, and when it is not, what its interval
+    still allows: `1.06x [0.85, 1.34], p = 0.360: not significant: between 0.85x and
+    1.34x, this run cannot tell` (no evidence either way, not evidence of no change)."""
     if s["ratio"] is None:
         return "not measured in a repeat of both"
     if s["p"] is None:
-        return f"{s['ratio']:.2f}x, one repeat: no test (run --repeats 3)"
-    word = "significant" if s["significant"] else "not significant"
+        return f"{_x(s['ratio'])}x, one repeat: no test (run --repeats 3)"
     p = "p < 0.001" if s["p"] < 0.001 else f"p = {s['p']:.3f}"
-    return f"{_x(s['ratio'])}x [{_x(s['low'])}, {_x(s['high'])}], {p}: {word}"
+    said = f"{_x(s['ratio'])}x [{_x(s['low'])}, {_x(s['high'])}], {p}: "
+    if s["significant"]:
+        return said + "significant"
+    return said + "not significant: " + cannot_tell(s["low"], s["high"])
+
+
+def cannot_tell(low: float, high: float) -> str:
+    """What a step that is not significant still allows: `between 0.85x and 1.34x, this
+    run cannot tell`."""
+    return f"between {_x(low)}x and {_x(high)}x, {CANNOT_TELL}"
 
 
 def _x(ratio: float) -> str:

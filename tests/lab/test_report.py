@@ -144,6 +144,17 @@ def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
     assert one["p"] is None and "one repeat: no test" in stats.verdict(one)
 
 
+def test_a_step_not_significant_says_what_its_interval_allows():
+    """Lab 15's 8 -> 9: three repeats with ratios 1.05, 0.98, 1.17 (its req/s in each
+    repeat). Not significant is no evidence either way: the sentence gives the range the
+    run cannot tell apart."""
+    s = stats.step([b / a for a, b in zip((1004.6, 861.3, 956.5), (1057.6, 841.4, 1121.2),
+                                          strict=True)])
+    assert stats.verdict(s) == ("1.06x [0.85, 1.34], p = 0.360: not significant: between "
+                                "0.85x and 1.34x, this run cannot tell")
+    assert stats.verdict(s).endswith(stats.CANNOT_TELL)
+
+
 def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
                  more=lambda key, k: {}) -> None:
     """Cut the run to rps's stages and give repeat k of each stage the kth RPS (repeats 2
@@ -164,7 +175,8 @@ def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
 @pytest.mark.parametrize("pool,verdict", [
     ((723.0, 590.7, 657.2), "- 1 -> 2: 2.09x [1.44, 3.03], p = 0.013: significant "
                             "(each repeat 2.41, 1.79, 2.12)"),
-    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant "
+    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant: "
+                            "between 0.79x and 1.29x, this run cannot tell "
                             "(each repeat 1.10, 0.91, 1.03)"),
 ], ids=["agree", "disagree"])
 def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
@@ -206,7 +218,8 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     assert (first["rps_ci_low"], first["rps_ci_high"]) == ("276.0", "325.8")
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant (each repeat 1.02, "
+    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant: between 0.90x and "
+            "1.12x, this run cannot tell (each repeat 1.02, "
             "0.95, 1.03); in 1 of their 6 runs other processes took over 10% of the "
             "server's CPUs" in text)
     assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001: significant (each repeat 1.97, 2.07, "
