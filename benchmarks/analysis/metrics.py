@@ -230,11 +230,12 @@ def locust_totals(stage_dir: Path) -> dict:
         raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
     return {**_group_totals(http, ""),
             **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_"),
-            **open_model.tail_figures(stage_dir, _http), **sessions(stage_dir)}
+            **open_model.tail_figures(stage_dir, http_tag), **sessions(stage_dir)}
 
 
-def _http(tag: str) -> bool:
-    return latency_log.method_of(tag) != SOCKETIO_TYPE  # a .hlog row (latency_log.tag)
+def http_tag(tag: str) -> bool:
+    """A .hlog row (latency_log.tag) of an HTTP request, not a Socket.IO ack."""
+    return latency_log.method_of(tag) != SOCKETIO_TYPE
 
 
 def sessions(stage_dir: Path) -> dict:
