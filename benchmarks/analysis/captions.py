@@ -44,7 +44,9 @@ HOW_TO_READ = {
         "Each bar is the app server's CPU per answered request (the sampler's), cut by "
         "where py-spy found its workers (benchmarks/profile/buckets.py): a tall red base "
         "is Redis connections opened and closed per request, which the pool (stage 2) "
-        "removes; a shorter bar is a cheaper request. The flame graph of each stage, "
+        "removes; a shorter bar is a cheaper request. A hatched dark segment is CPU on "
+        "threads with no Python frame (granian's Rust, measured per thread from /proc), "
+        "which py-spy cannot see and the buckets do not share. The flame graph of each stage, "
         "profile.svg in its folder, shows the same samples frame by frame."),
 }
 

@@ -19,7 +19,7 @@ from benchmarks import latency_log
 from benchmarks.analysis import stats
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
-from benchmarks.profile import buckets
+from benchmarks.profile import buckets, threads
 from benchmarks.run import open_model, results
 from benchmarks.stages import Stage
 
@@ -160,6 +160,11 @@ CATALOGUE: dict[str, Metric] = {
         f"the share of the first app host's profiled CPU samples in {what} "
         "(benchmarks/profile/buckets.py; None: not profiled)")
        for bucket, what in buckets.BUCKETS.items()},
+    "native_cpu_share": Metric(
+        results.THREADS_JSON,
+        "the share of the profiled servers' CPU on threads with no Python frame, which "
+        "py-spy cannot see (granian's Rust: benchmarks/profile/threads.py; None: not "
+        "measured)"),
     "profile_samples": Metric(results.PROFILE_STACKS,
                               "the first app host's profiled CPU samples, which the cpu_share_* "
                               "checks allow for (benchmarks/checks.py Z)"),
@@ -387,6 +392,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
     m.update(cpu_per_request(samples, m["rps"]))
     m.update(buckets.share_metrics(stage_dir / results.PROFILE_STACKS))
+    m["native_cpu_share"] = threads.native_share(threads.read(stage_dir))
 
     ports = local_ports(stage_dir, stage)
     m["local_ports"] = ports
