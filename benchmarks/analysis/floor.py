@@ -100,6 +100,12 @@ def about(data: dict) -> str:
     loop = (f" The loop's own CPU (its caller around a WSGI app that does nothing), in "
             f"every figure: {cost['GET']:g} us a GET, {cost['POST']:g} us a POST."
             if cost else "")
+    box = data.get("box")
+    busy = (f" While it was measured, the load average went from {box['load_average'][0]:g} "
+            f"to {box['load_average'][1]:g} and other processes used "
+            f"{box['others_cpu_pct']:g}% of the app's CPU." if box else
+            " What else the box did was not recorded (a study from before floor.json kept "
+            "`box`).")
     return (f"Stage {data['stage']}'s app called in-process as a WSGI callable (no socket, "
             f"no server; benchmarks/studies/floor.py), Redis real on its own CPU "
             f"({data['cpus']['redis']}; the app on {data['cpus']['app']}). Settings: "
@@ -109,7 +115,7 @@ def about(data: dict) -> str:
             "time (every thread: "
             "the app and its Socket.IO queue listener); Redis CPU = redis-server's; wall = "
             "elapsed time per request, Redis's round trips included. The mix weights the "
-            "types as ChatUser does (benchmarks/chat_mix.py)." + loop)
+            "types as ChatUser does (benchmarks/chat_mix.py)." + loop + busy)
 
 
 def stages_against(run_dir: Path, data: dict) -> list[dict]:

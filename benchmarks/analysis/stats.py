@@ -126,9 +126,10 @@ def percentile(counts: Mapping[float, int], fraction: float) -> float | None:
     """The value `fraction` of the counted values are at or under, from {value: count},
     by Locust's rule (locust.stats.calculate_response_time_percentile: the value at
     rank int(n * fraction) + 1); None when nothing was counted. A list of values:
-    `percentile(collections.Counter(values), 0.95)`. HdrHistogram's own
-    get_value_at_percentile (and its HistogramLogProcessor) takes rank round(n * fraction):
-    on the same .hlog it can give the next request down."""
+    `percentile(collections.Counter(values), 0.95)`. HdrHistogram's Python package
+    (get_value_at_percentile) takes rank round(n * fraction), its Java library (and so
+    HistogramLogProcessor) ceil(n * fraction): on the same .hlog either can give the next
+    request down."""
     n = sum(counts.values())
     if not n:
         return None

@@ -176,6 +176,32 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def busy_seconds(cpus: frozenset[int]) -> float:
+    """Time `cpus` spent busy (every state but idle and iowait), from /proc/stat, in s."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in cpus:
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            total += sum(values) - values[3] - values[4]
+    return total / ticks
+
+
+@contextlib.contextmanager
+def watched(app_cpus: frozenset[int], redis_pid: int, redis_shares: bool, out: dict):
+    """While the block runs, what else the box did, into `out`: the load average before
+    and after, and the share of the app's CPUs that processes other than this one (and
+    Redis, when it shares them) used, in % (others_cpu_pct)."""
+    load0, busy0, wall0 = os.getloadavg()[0], busy_seconds(app_cpus), time.perf_counter()
+    own0, redis0 = time.process_time(), cpu_seconds(redis_pid)
+    yield
+    wall = time.perf_counter() - wall0
+    ours = time.process_time() - own0 + (cpu_seconds(redis_pid) - redis0 if redis_shares else 0)
+    others = max(0.0, busy_seconds(app_cpus) - busy0 - ours) / (wall * len(app_cpus))
+    out.update({"load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                "others_cpu_pct": round(100 * others, 1)})
+
+
 def loop_cost(calls: int = 20000) -> dict[str, float]:
     """The loop's own CPU per request, in us: `caller` around a WSGI app that does nothing,
     a GET and a POST (which makes its key), so the report can say what it adds."""
@@ -261,7 +287,7 @@ def run(args) -> int:
     say(f"floor: stage {STAGE}'s app in-process on CPU {hosts.format_cpus(app_cpus)}, Redis "
         f"on CPU {hosts.format_cpus(redis_cpus)}; {args.repeats} repeat(s) of {args.seconds:g} "
         f"s per request type; results in {results.rel(out_dir)}")
-    affinity = os.sched_getaffinity(0)
+    affinity, box = os.sched_getaffinity(0), {}
     with tempfile.TemporaryDirectory(prefix="floor-redis-") as workdir:
         port = procs.free_port()
         redis = procs.start(["taskset", "-c", hosts.format_cpus(redis_cpus),
@@ -275,7 +301,8 @@ def run(args) -> int:
                 from app import create_app  # here: the study's --help needs no Flask
                 app = create_app()
             chat = sign_in(app.test_client())
-            figures = measure(app, chat, redis.pid, args.repeats, args.seconds)
+            with watched(app_cpus, redis.pid, bool(app_cpus & redis_cpus), box):
+                figures = measure(app, chat, redis.pid, args.repeats, args.seconds)
         finally:
             os.sched_setaffinity(0, affinity)
             procs.stop(redis)
@@ -283,7 +310,7 @@ def run(args) -> int:
             "settings": {k: v for k, v in settings.items()
                          if k not in ("FLASK_SECRET_KEY", "FLASK_REDIS_URL")},
             "cpus": {"app": hosts.format_cpus(app_cpus), "redis": hosts.format_cpus(redis_cpus)},
-            "seconds": args.seconds, "loop_us": loop_cost(), "weights": WEIGHTS,
+            "seconds": args.seconds, "loop_us": loop_cost(), "box": box, "weights": WEIGHTS,
             "repeats": figures}
     floor.write(out_dir, data)
     if args.into:

@@ -65,6 +65,15 @@ FIGURES = [
      lambda: f"{metric('7', 'cpu_share_http_server'):.2f}"),
     ("exercises/12-profile-then-fix.md", r"up\s+from stage 5's (\d\.\d+)",
      lambda: f"{metric('5', 'cpu_share_http_server'):.2f}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\(`cpu_share_http_server` (\d\.\d+)\)",
+     lambda: f"{metric('8', 'cpu_share_http_server'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\(`cpu_share_logging` (\d\.\d+),",
+     lambda: f"{metric('8', 'cpu_share_logging'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"`cpu_share_request_objects`\s+(\d\.\d+),",
+     lambda: f"{metric('8', 'cpu_share_request_objects'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\s(\d+) of 1,547 samples\)",
+     lambda: str(round(metric('8', 'cpu_share_request_objects')
+                       * metric('8', 'profile_samples')))),
 ]
 
 

@@ -37,6 +37,8 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert data["weights"] == WEIGHTS and data["stage"] == "8"
     assert data["settings"]["FLASK_FUSED_ROUND_TRIPS"] == "1"  # stage 8's code: stage 7's
     assert len(data["repeats"]) == 2
+    # what else the box did while it was measured, in terms a reader can check
+    assert len(data["box"]["load_average"]) == 2 and 0 <= data["box"]["others_cpu_pct"] <= 100
     cheapest = min(f["app_cpu_ms"] for r in data["repeats"] for f in r.values())
     assert 0 < data["loop_us"]["GET"] < 1000 * cheapest  # the loop: less than any request
     for repeat in data["repeats"]:
@@ -55,6 +57,7 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert min(each) <= mix <= max(each)  # a weighted mean of the types
     text = (folder / results.REPORT_MD).read_text()
     assert all(f"| {t} | {w} |" in text for t, w in WEIGHTS.items()) and "| **mix** |" in text
+    assert f"other processes used {data['box']['others_cpu_pct']:g}% of the app's CPU" in text
     assert (folder / results.FLOOR_CSV).read_text().count("\n") == len(WEIGHTS) + 2
     assert floor.table(rows) in output  # what it printed is what it wrote
 
