@@ -118,10 +118,18 @@ def about(data: dict) -> str:
             "types as ChatUser does (benchmarks/chat_mix.py)." + loop + busy)
 
 
+def bases(data: dict) -> dict[str, list[float]]:
+    """Each of AGAINST's figures' floor, a value per repeat of the study: the mix of the
+    floor's figures it is read against, summed (the app's, or the app's and Redis's)."""
+    return {k: [sum(mix(r, data["weights"], p) for p in parts) for r in data["repeats"]]
+            for k, parts in AGAINST.items()}
+
+
 def stages_against(run_dir: Path, data: dict) -> list[dict]:
     """Each measured stage of the run: its CPU figures (interval over its repeats) and each
-    as a multiple of the floor's mix."""
-    floor_mix = summarize(data)[-1]
+    as a multiple of its floor (bases): the ratio of their geometric means, with its
+    interval (stats.ratio: the stage's repeats and the study's are not paired)."""
+    floors = bases(data)
     found: dict[str, dict] = {}
     for root in results.repeat_dirs(run_dir):
         for stage, folder in results.measured_stages(root):
@@ -132,11 +140,9 @@ def stages_against(run_dir: Path, data: dict) -> list[dict]:
     out = []
     for entry in found.values():
         row = {"stage": entry["stage"]}
-        for k, parts in AGAINST.items():
-            iv = stats.interval(entry[k])
-            base = sum(floor_mix[p]["mean"] for p in parts)
-            row[k] = iv
-            row[f"{k}_x"] = iv["mean"] / base if iv["mean"] is not None and base else None
+        for k in AGAINST:
+            row[k] = stats.interval(entry[k])
+            row[f"{k}_x"] = stats.ratio([v for v in entry[k] if v is not None], floors[k])
         out.append(row)
     return out
 
@@ -147,17 +153,18 @@ def section(run_dir: Path) -> str:
     if data is None:
         return ""
     rows = summarize(data)
-    floor_mix = rows[-1]
-    app, redis = floor_mix["app_cpu_ms"]["mean"], floor_mix["redis_cpu_ms"]["mean"]
+    app, both = (stats.interval(v)["mean"] for v in bases(data).values())
     lines = ["## The floor", "", about(data), "", table(rows), ""]
     against = stages_against(run_dir, data)
     if against:
         lines += [f"Each stage's CPU per request (geometric mean [95% interval] over its "
                   f"repeats) and "
-                  f"its multiple of the floor's mix: the app server's "
+                  f"its multiple of the floor's mix with its 95% interval (the stage's "
+                  "repeats and the study's are apart, not paired: Welch's t on the logs, "
+                  "stats.ratio): the app server's "
                   f"(`app_cpu_ms_per_request`) against the app's own {app:.3f} ms, every "
                   f"server role's (`server_cpu_ms_per_request`: app, Nginx, Redis) against "
-                  f"the app's and Redis's {app + redis:.3f} ms. What lies above 1x is what "
+                  f"the app's and Redis's {both:.3f} ms. What lies above 1x is what "
                   "the server (its HTTP handling, its worker, Nginx) costs; stages before 7 "
                   "also run the slower code stage 7 removed. The stages' mix adds the "
                   "Socket.IO users' messages, which their RPS does not count.", "",
@@ -171,8 +178,13 @@ def section(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def _times(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+def _times(x: dict) -> str:
+    """`2.03x [1.61, 2.56]`, the multiple alone when a side has one repeat, `-` if none."""
+    if x["ratio"] is None:
+        return "-"
+    if x["low"] is None:
+        return f"{x['ratio']:.2f}x"
+    return f"{x['ratio']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]"
 
 
 def write_report(folder: Path) -> str:

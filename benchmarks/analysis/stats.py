@@ -15,6 +15,9 @@
   of 1/2 are the same size of change): the ratio is their geometric mean, its 95%
   interval exp(mean log ± t * sd / sqrt(n)), and p the two-sided one-sample t test of
   the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
+- **A ratio of two things measured apart** (`ratio`: a stage's CPU per request over the
+  floor's): the ratio of their geometric means, its interval from Welch's t on the
+  logs; unpaired, so wider than a step's.
 - **A percentile** (`percentile`): Locust's own rule, so the lab's figures are the
   ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`). The
   same rule reads Locust's buckets or an HdrHistogram's (benchmarks/latency_log.py):
@@ -92,6 +95,29 @@ def step(ratios: list[float]) -> dict:
         result = scipy_stats.ttest_1samp(logs, 0.0)
         t, p = float(result.statistic), float(result.pvalue)
     return {**out, "t": t, "p": p, "significant": p < ALPHA}
+
+
+def ratio(over, under) -> dict:
+    """The ratio of two positive quantities measured apart, not paired (a stage's CPU per
+    request over the floor's): {ratio (geometric mean of `over` over that of `under`),
+    low, high}, its 95% interval from Welch's t on the logs, exp(d ± t * se) with se =
+    sqrt(var1/n1 + var2/n2) of the logs and the Welch-Satterthwaite degrees of freedom.
+    low and high are None unless both have two values or more."""
+    a, b = interval(over), interval(under)
+    out = {"ratio": None, "low": None, "high": None}
+    if a["mean"] is None or b["mean"] is None or not (a["log"] and b["log"]) or not b["mean"]:
+        return out
+    out["ratio"] = a["mean"] / b["mean"]
+    if a["low"] is None or b["low"] is None:
+        return out
+    parts = [statistics.variance([math.log(x) for x in xs if x is not None]) / n
+             for xs, n in ((over, a["n"]), (under, b["n"]))]
+    se = math.sqrt(sum(parts))
+    if se == 0:  # neither side moved: nothing to widen it
+        return {**out, "low": out["ratio"], "high": out["ratio"]}
+    df = se ** 4 / sum(v ** 2 / (n - 1) for v, n in zip(parts, (a["n"], b["n"]), strict=True))
+    half = t95(df) * se
+    return {**out, "low": out["ratio"] * math.exp(-half), "high": out["ratio"] * math.exp(half)}
 
 
 def verdict(s: dict) -> str:

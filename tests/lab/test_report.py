@@ -144,6 +144,22 @@ def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
     assert one["p"] is None and "one repeat: no test" in stats.verdict(one)
 
 
+def test_a_ratio_of_two_unpaired_samples_is_welchs_on_the_logs():
+    """A stage's CPU per request over the floor's: measured apart, so Welch's t on the
+    logs (scipy's unequal-variance test, its degrees of freedom), never below zero."""
+    from scipy import stats as scipy_stats
+    over, under = [0.76, 0.90, 0.81], [0.35, 0.41, 0.45, 0.40]
+    r = stats.ratio(over, under)
+    logs = [[math.log(x) for x in xs] for xs in (over, under)]
+    welch = scipy_stats.ttest_ind(*logs, equal_var=False)
+    d = statistics.fmean(logs[0]) - statistics.fmean(logs[1])
+    se = d / welch.statistic
+    assert round(math.log(r["ratio"]), 9) == round(d, 9)
+    assert round(math.log(r["high"] / r["ratio"]), 6) == round(stats.t95(welch.df) * se, 6)
+    assert 0 < r["low"] < r["ratio"] < r["high"]
+    assert stats.ratio([0.8], under)["low"] is None and stats.ratio([], under)["ratio"] is None
+
+
 def test_a_step_not_significant_says_what_its_interval_allows():
     """Lab 15's 8 -> 9: three repeats with ratios 1.05, 0.98, 1.17 (its req/s in each
     repeat). Not significant is no evidence either way: the sentence gives the range the
