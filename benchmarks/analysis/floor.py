@@ -33,6 +33,12 @@ AGAINST = {"app_cpu_ms_per_request": ("app_cpu_ms",),
            "server_cpu_ms_per_request": ("app_cpu_ms", "redis_cpu_ms")}
 
 
+# where the study put Redis (its --redis-cpu, or --redis-cpus), in the report's words
+REDIS_CPU = {"server": "on the app's CPU, as in the stages (`--redis-cpu server`)",
+             "apart": "on a CPU of its own, apart from the app (`--redis-cpu apart`)",
+             "given": "on the CPUs given (`--redis-cpus`)"}
+
+
 def read(folder: Path) -> dict | None:
     path = Path(folder) / results.FLOOR_JSON
     return results.read_json(path) if path.exists() else None
@@ -106,9 +112,10 @@ def about(data: dict) -> str:
             f"{box['others_cpu_pct']:g}% of the app's CPU." if box else
             " What else the box did was not recorded (a study from before floor.json kept "
             "`box`).")
+    where = REDIS_CPU[data.get("redis_cpu", "apart")]  # before the option: apart
     return (f"Stage {data['stage']}'s app called in-process as a WSGI callable (no socket, "
-            f"no server; benchmarks/studies/floor.py), Redis real on its own CPU "
-            f"({data['cpus']['redis']}; the app on {data['cpus']['app']}). Settings: "
+            f"no server; benchmarks/studies/floor.py), Redis real {where}: Redis on CPU "
+            f"{data['cpus']['redis']}, the app on {data['cpus']['app']}. Settings: "
             f"{settings}. Each request type for {data['seconds']:g} s per repeat, {n} "
             f"repeat(s), commit `{data.get('git_commit')}`; ms per request, geometric "
             "mean [95% interval, log scale] over the repeats. App CPU = this process's CPU "

@@ -21,6 +21,7 @@ from benchmarks.analysis import floor, stats
 from benchmarks.chat_mix import WEIGHTS
 from benchmarks.run import options, results
 from benchmarks.run.cli import StageFailed
+from benchmarks.sandbox import hosts
 from benchmarks.studies import floor as study
 
 ROOT = stages.ROOT
@@ -37,6 +38,9 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert data["weights"] == WEIGHTS and data["stage"] == "8"
     assert data["settings"]["FLASK_FUSED_ROUND_TRIPS"] == "1"  # stage 8's code: stage 7's
     assert len(data["repeats"]) == 2
+    # Redis where every stage has it: on the app's CPU (the default --redis-cpu server)
+    assert data["redis_cpu"] == "server" and data["cpus"]["redis"] == data["cpus"]["app"]
+    assert floor.REDIS_CPU["server"] in (folder / results.REPORT_MD).read_text()
     # what else the box did while it was measured, in terms a reader can check
     assert len(data["box"]["load_average"]) == 2 and 0 <= data["box"]["others_cpu_pct"] <= 100
     cheapest = min(f["app_cpu_ms"] for r in data["repeats"] for f in r.values())
@@ -111,6 +115,15 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, args, said):
     with pytest.raises(options.OptionsError, match=said):
         study.run(parsed)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_redis_goes_with_the_app_or_apart_as_asked():
+    lab = hosts.placement()
+    for argv, redis in (([], lab.server), (["--redis-cpu", "apart"], lab.client),
+                        (["--redis-cpu", "apart", "--redis-cpus", "0"], frozenset({0}))):
+        args = study.build_parser().parse_args(argv)
+        assert study.placement(args) == (lab.server, redis), argv
+    assert study.layout(study.build_parser().parse_args(["--redis-cpus", "0"])) == "given"
 
 
 def test_into_a_folder_that_is_no_run_exits_2_with_one_line(tmp_path):
