@@ -40,10 +40,10 @@ def tail(folder: Path, m: dict) -> tuple[dict, str]:
     """One repeat's TAIL figures and where they come from (`hdrhistogram` or `locust`,
     stats.SOURCES); a percentile of too few requests (stats.too_few) is None."""
     hlog = folder / results.LATENCY_HLOG
-    out = {}
+    out, read = {}, {}  # read: each set of rows' times, read once
     for name, (fraction, count, rows) in TAIL.items():
         if hlog.exists():
-            times = latency_log.times_ms(hlog, rows)
+            times = read[rows] = read.get(rows) or latency_log.times_ms(hlog, rows)
             n, value = sum(times.values()), stats.percentile(times, fraction)
         else:
             n, value = m.get(count), m.get(name)
