@@ -13,7 +13,8 @@ HOW_TO_READ = {
         "red box says many requests failed, their fast 502s make the latency look good. "
         "A black dash is the p95 in the server's own access log: the gap up to Locust's "
         "bar is time spent outside the server (the network, Locust's own queueing). With "
-        "--repeats, a black dot and whiskers are a stage's mean RPS and its 95% interval "
+        "--repeats, a black dot and whiskers are a stage's geometric mean RPS and its 95% "
+        "interval "
         "(the bar is the first repeat), and `n.s.` marks a step that is not significant "
         f"(its paired test on the ratios within each repeat: p >= {stats.ALPHA:g})."),
     "time_wait": (
@@ -43,7 +44,9 @@ HOW_TO_READ = {
         "Each bar is the app server's CPU per answered request (the sampler's), cut by "
         "where py-spy found its workers (benchmarks/profile/buckets.py): a tall red base "
         "is Redis connections opened and closed per request, which the pool (stage 2) "
-        "removes; a shorter bar is a cheaper request. The flame graph of each stage, "
+        "removes; a shorter bar is a cheaper request. A hatched dark segment is CPU on "
+        "threads with no Python frame (granian's Rust, measured per thread from /proc), "
+        "which py-spy cannot see and the buckets do not share. The flame graph of each stage, "
         "profile.svg in its folder, shows the same samples frame by frame."),
 }
 

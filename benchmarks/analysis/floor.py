@@ -9,9 +9,10 @@ benchmarks.analysis.report` and a notebook say the same thing:
     print(floor.table(floor.summarize(data)))       # each request type and the mix
     print(floor.section(run_dir))                   # report.md's: the stages against it
 
-All figures are ms per request; means over the study's repeats with 95% intervals
-(stats.interval). A stage's multiple is the mean of its figure over its repeats
-divided by the floor's mix: `app_cpu_ms_per_request` against the app's own CPU,
+All figures are ms per request; geometric means over the study's repeats with 95%
+intervals (stats.interval, log scale: a time's interval cannot cross zero). A stage's
+multiple is the geometric mean of its figure over its repeats divided by the floor's
+mix's: `app_cpu_ms_per_request` against the app's own CPU,
 `server_cpu_ms_per_request` (app, Nginx and Redis) against the app's and Redis's.
 """
 
@@ -26,10 +27,16 @@ from benchmarks.run import results
 MIX = "mix"  # the row of the weighted mix
 FIGURES = ("app_cpu_ms", "redis_cpu_ms", "wall_ms")  # per request, each type, each repeat
 CSV_COLUMNS = ("type", "weight", "requests", *(f"{f}_{part}" for f in FIGURES
-                                               for part in ("mean", "low", "high")))
+                                               for part in ("gmean", "low", "high")))
 # the stage figures (benchmarks/analysis/metrics.py) and the floor's they are read against
 AGAINST = {"app_cpu_ms_per_request": ("app_cpu_ms",),
            "server_cpu_ms_per_request": ("app_cpu_ms", "redis_cpu_ms")}
+
+
+# where the study put Redis (its --redis-cpu, or --redis-cpus), in the report's words
+REDIS_CPU = {"server": "on the app's CPU, as in the stages (`--redis-cpu server`)",
+             "apart": "on a CPU of its own, apart from the app (`--redis-cpu apart`)",
+             "given": "on the CPUs given (`--redis-cpus`)"}
 
 
 def read(folder: Path) -> dict | None:
@@ -56,7 +63,8 @@ def summarize(data: dict) -> list[dict]:
 
 
 def shown(iv: dict, digits: int = 3) -> str:
-    """`0.412 [0.405, 0.419]`, the mean alone with one repeat, `-` with none."""
+    """`0.412 [0.405, 0.419]` (geometric mean [95% interval]), the mean alone with one
+    repeat, `-` with none."""
     if iv["mean"] is None:
         return "-"
     if iv["low"] is None:
@@ -82,7 +90,7 @@ def write(folder: Path, data: dict) -> None:
         for r in summarize(data):
             writer.writerow({"type": r["type"], "weight": r["weight"], "requests": r["requests"],
                              **{f"{fig}_{part}": _round(r[fig][key]) for fig in FIGURES
-                                for part, key in (("mean", "mean"), ("low", "low"),
+                                for part, key in (("gmean", "mean"), ("low", "low"),
                                                   ("high", "high"))}})
 
 
@@ -98,21 +106,37 @@ def about(data: dict) -> str:
     loop = (f" The loop's own CPU (its caller around a WSGI app that does nothing), in "
             f"every figure: {cost['GET']:g} us a GET, {cost['POST']:g} us a POST."
             if cost else "")
+    box = data.get("box")
+    busy = (f" While it was measured, the load average went from {box['load_average'][0]:g} "
+            f"to {box['load_average'][1]:g} and other processes used "
+            f"{box['others_cpu_pct']:g}% of the app's CPU." if box else
+            " What else the box did was not recorded (a study from before floor.json kept "
+            "`box`).")
+    where = REDIS_CPU[data.get("redis_cpu", "apart")]  # before the option: apart
     return (f"Stage {data['stage']}'s app called in-process as a WSGI callable (no socket, "
-            f"no server; benchmarks/studies/floor.py), Redis real on its own CPU "
-            f"({data['cpus']['redis']}; the app on {data['cpus']['app']}). Settings: "
+            f"no server; benchmarks/studies/floor.py), Redis real {where}: Redis on CPU "
+            f"{data['cpus']['redis']}, the app on {data['cpus']['app']}. Settings: "
             f"{settings}. Each request type for {data['seconds']:g} s per repeat, {n} "
-            f"repeat(s), commit `{data.get('git_commit')}`; ms per request, mean [95% "
-            "interval] over the repeats. App CPU = this process's CPU time (every thread: "
+            f"repeat(s), commit `{data.get('git_commit')}`; ms per request, geometric "
+            "mean [95% interval, log scale] over the repeats. App CPU = this process's CPU "
+            "time (every thread: "
             "the app and its Socket.IO queue listener); Redis CPU = redis-server's; wall = "
             "elapsed time per request, Redis's round trips included. The mix weights the "
-            "types as ChatUser does (benchmarks/chat_mix.py)." + loop)
+            "types as ChatUser does (benchmarks/chat_mix.py)." + loop + busy)
+
+
+def bases(data: dict) -> dict[str, list[float]]:
+    """Each of AGAINST's figures' floor, a value per repeat of the study: the mix of the
+    floor's figures it is read against, summed (the app's, or the app's and Redis's)."""
+    return {k: [sum(mix(r, data["weights"], p) for p in parts) for r in data["repeats"]]
+            for k, parts in AGAINST.items()}
 
 
 def stages_against(run_dir: Path, data: dict) -> list[dict]:
     """Each measured stage of the run: its CPU figures (interval over its repeats) and each
-    as a multiple of the floor's mix."""
-    floor_mix = summarize(data)[-1]
+    as a multiple of its floor (bases): the ratio of their geometric means, with its
+    interval (stats.ratio: the stage's repeats and the study's are not paired)."""
+    floors = bases(data)
     found: dict[str, dict] = {}
     for root in results.repeat_dirs(run_dir):
         for stage, folder in results.measured_stages(root):
@@ -123,11 +147,9 @@ def stages_against(run_dir: Path, data: dict) -> list[dict]:
     out = []
     for entry in found.values():
         row = {"stage": entry["stage"]}
-        for k, parts in AGAINST.items():
-            iv = stats.interval(entry[k])
-            base = sum(floor_mix[p]["mean"] for p in parts)
-            row[k] = iv
-            row[f"{k}_x"] = iv["mean"] / base if iv["mean"] is not None and base else None
+        for k in AGAINST:
+            row[k] = stats.interval(entry[k])
+            row[f"{k}_x"] = stats.ratio([v for v in entry[k] if v is not None], floors[k])
         out.append(row)
     return out
 
@@ -138,16 +160,18 @@ def section(run_dir: Path) -> str:
     if data is None:
         return ""
     rows = summarize(data)
-    floor_mix = rows[-1]
-    app, redis = floor_mix["app_cpu_ms"]["mean"], floor_mix["redis_cpu_ms"]["mean"]
+    app, both = (stats.interval(v)["mean"] for v in bases(data).values())
     lines = ["## The floor", "", about(data), "", table(rows), ""]
     against = stages_against(run_dir, data)
     if against:
-        lines += [f"Each stage's CPU per request (mean [95% interval] over its repeats) and "
-                  f"its multiple of the floor's mix: the app server's "
+        lines += [f"Each stage's CPU per request (geometric mean [95% interval] over its "
+                  f"repeats) and "
+                  f"its multiple of the floor's mix with its 95% interval (the stage's "
+                  "repeats and the study's are apart, not paired: Welch's t on the logs, "
+                  "stats.ratio): the app server's "
                   f"(`app_cpu_ms_per_request`) against the app's own {app:.3f} ms, every "
                   f"server role's (`server_cpu_ms_per_request`: app, Nginx, Redis) against "
-                  f"the app's and Redis's {app + redis:.3f} ms. What lies above 1x is what "
+                  f"the app's and Redis's {both:.3f} ms. What lies above 1x is what "
                   "the server (its HTTP handling, its worker, Nginx) costs; stages before 7 "
                   "also run the slower code stage 7 removed. The stages' mix adds the "
                   "Socket.IO users' messages, which their RPS does not count.", "",
@@ -161,8 +185,13 @@ def section(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def _times(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+def _times(x: dict) -> str:
+    """`2.03x [1.61, 2.56]`, the multiple alone when a side has one repeat, `-` if none."""
+    if x["ratio"] is None:
+        return "-"
+    if x["low"] is None:
+        return f"{x['ratio']:.2f}x"
+    return f"{x['ratio']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]"
 
 
 def write_report(folder: Path) -> str:

@@ -19,7 +19,7 @@ from benchmarks import latency_log
 from benchmarks.analysis import stats
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
-from benchmarks.profile import buckets
+from benchmarks.profile import buckets, threads
 from benchmarks.run import open_model, results
 from benchmarks.stages import Stage
 
@@ -160,6 +160,11 @@ CATALOGUE: dict[str, Metric] = {
         f"the share of the first app host's profiled CPU samples in {what} "
         "(benchmarks/profile/buckets.py; None: not profiled)")
        for bucket, what in buckets.BUCKETS.items()},
+    "native_cpu_share": Metric(
+        results.THREADS_JSON,
+        "the share of the profiled servers' CPU on threads with no Python frame, which "
+        "py-spy cannot see (granian's Rust: benchmarks/profile/threads.py; None: not "
+        "measured)"),
     "profile_samples": Metric(results.PROFILE_STACKS,
                               "the first app host's profiled CPU samples, which the cpu_share_* "
                               "checks allow for (benchmarks/checks.py Z)"),
@@ -230,11 +235,12 @@ def locust_totals(stage_dir: Path) -> dict:
         raise ValueError(f"{path}: no HTTP request (did Locust run any?)")
     return {**_group_totals(http, ""),
             **_group_totals([e for e in entries if e["method"] == SOCKETIO_TYPE], "sio_"),
-            **open_model.tail_figures(stage_dir, _http), **sessions(stage_dir)}
+            **open_model.tail_figures(stage_dir, http_tag), **sessions(stage_dir)}
 
 
-def _http(tag: str) -> bool:
-    return latency_log.method_of(tag) != SOCKETIO_TYPE  # a .hlog row (latency_log.tag)
+def http_tag(tag: str) -> bool:
+    """A .hlog row (latency_log.tag) of an HTTP request, not a Socket.IO ack."""
+    return latency_log.method_of(tag) != SOCKETIO_TYPE
 
 
 def sessions(stage_dir: Path) -> dict:
@@ -386,6 +392,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
     m.update(cpu_per_request(samples, m["rps"]))
     m.update(buckets.share_metrics(stage_dir / results.PROFILE_STACKS))
+    m["native_cpu_share"] = threads.native_share(threads.read(stage_dir))
 
     ports = local_ports(stage_dir, stage)
     m["local_ports"] = ports

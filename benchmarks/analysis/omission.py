@@ -38,8 +38,8 @@ SLOW_MS = 1000  # a request this slow counts in `slow` (the stall's mark)
 COLUMNS = ("stage", "model", "level", "rate", "repeat", "users", "requests", "failures",
            "rps", *(f"p{str(p).replace('.', '_')}" for p in SPECTRUM), "max", "slow",
            "late", "stall_s", "unreliable", "percentiles_from")
-SUMMARY_COLUMNS = ("stage", "level", "rate", "model", "n", "rps_mean", "p50_mean", "p50_low",
-                   "p50_high", "p99_mean", "p99_low", "p99_high", "slow_mean", "late",
+SUMMARY_COLUMNS = ("stage", "level", "rate", "model", "n", "rps_mean", "p50_gmean", "p50_low",
+                   "p50_high", "p99_gmean", "p99_low", "p99_high", "slow_mean", "late",
                    "unreliable", "percentiles_from")
 FILES = {"hdrhistogram": "latency.hlog", "locust": "locust.json"}  # (results.py's names)
 COLORS = {"closed": "#1f77b4", "open": "#d62728"}
@@ -98,7 +98,8 @@ def _key(level) -> tuple:
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Per stage, level and model: the repeats' mean p50/p99 with 95% intervals."""
+    """Per stage, level and model: the repeats' p50/p99, each a geometric mean with its 95%
+    interval (stats.interval, log scale); RPS and the slow requests, arithmetic means."""
     out = []
     for stage in dict.fromkeys(str(r["stage"]) for r in rows):
         mine = [r for r in rows if str(r["stage"]) == stage]
@@ -111,11 +112,12 @@ def summarize(rows: list[dict]) -> list[dict]:
                 out.append({"stage": stage, "level": level, "rate": runs[0]["rate"],
                             "model": model, "n": p99["n"],
                             "requests": min(r["requests"] or 0 for r in runs),
-                            "rps_mean": _r(stats.interval(r["rps"] for r in runs)["mean"]),
-                            **{f"{name}_{k}": _r(iv[k], 3) for name, iv in (("p50", p50),
-                                                                        ("p99", p99))
-                               for k in ("mean", "low", "high")},
-                            "slow_mean": _r(stats.interval(r["slow"] for r in runs)["mean"]),
+                            "rps_mean": _r(stats.mean(r["rps"] for r in runs)),
+                            **{f"{name}_{k}": _r(iv[key], 3) for name, iv in (("p50", p50),
+                                                                          ("p99", p99))
+                               for k, key in (("gmean", "mean"), ("low", "low"),
+                                              ("high", "high"))},
+                            "slow_mean": _r(stats.mean(r["slow"] for r in runs)),
                             "late": sum(r.get("late") or 0 for r in runs),
                             "unreliable": sum(bool(r.get("unreliable")) for r in runs),
                             "percentiles_from": source(runs)})
@@ -129,14 +131,20 @@ def _r(value, digits: int = 1):
 def shown(s: dict, name: str) -> str:
     """`120 [95, 145]`, or the mean alone with one repeat; `too few (N)` when the fewest
     requests of a run cannot support the percentile."""
-    mean, low, high = s[f"{name}_mean"], s[f"{name}_low"], s[f"{name}_high"]
+    mean, low, high = s[f"{name}_gmean"], s[f"{name}_low"], s[f"{name}_high"]
     if mean is None:
         return "-"
     if stats.too_few(float(name[1:]) / 100, s.get("requests")):
         return f"too few ({s['requests']:,})"
     if low is None:
-        return f"{mean:.0f}"
-    return f"{mean:.0f} [{max(0.0, low):.0f}, {high:.0f}]"
+        return _ms(mean)
+    return f"{_ms(mean)} [{_ms(low)}, {_ms(high)}]"
+
+
+def _ms(value: float) -> str:
+    """Whole ms; under 1 ms two significant digits, so that a low bound reads as the
+    positive time it is (0.12, not 0)."""
+    return f"{value:.0f}" if value >= 1 else f"{value:.2g}"
 
 
 def level_name(level) -> str:
@@ -182,8 +190,10 @@ def section(run_dir: Path) -> str:
         "## The closed and the open model", "",
         "The same chat mix at the same offered rate: the closed model's users each wait "
         "for their answer (paced to the rate), the open model starts requests on a "
-        "schedule and times them from their intended start. Means over the repeats, "
-        "95% intervals in brackets; `stall` is a run with the app's workers stopped "
+        "schedule and times them from their intended start. Over the repeats: p50 and "
+        "p99 geometric means with their 95% intervals in brackets (log scale: a "
+        "time's interval cannot cross zero), answered req/s and the slow requests "
+        "arithmetic means; `stall` is a run with the app's workers stopped "
         "for a few seconds, 1 s after its load reached the app "
         "(benchmarks/studies/omission.py). A percentile is shown where every run had "
         f"at least {stats.ENOUGH} requests beyond it (p99: {stats.needed(0.99):,}).", "",
@@ -223,10 +233,10 @@ def hockey_stick(rows: list[dict], out=None):
         for model in MODELS:
             pts = [s for s in summary if s["stage"] == stage and s["model"] == model]
             xs = [float(s["level"]) for s in pts]
-            ys = [s["p99_mean"] for s in pts]
-            low = [max(0.0, s["p99_mean"] - s["p99_low"]) if s["p99_low"] is not None else 0
+            ys = [s["p99_gmean"] for s in pts]
+            low = [s["p99_gmean"] - s["p99_low"] if s["p99_low"] is not None else 0
                    for s in pts]
-            high = [s["p99_high"] - s["p99_mean"] if s["p99_high"] is not None else 0
+            high = [s["p99_high"] - s["p99_gmean"] if s["p99_high"] is not None else 0
                     for s in pts]
             ax.errorbar(xs, ys, yerr=[low, high], marker="o",
                         capsize=3, color=COLORS[model], label=f"{model} model")
@@ -246,7 +256,7 @@ def _style(ax, stage: str, xlabel: str, ylabel: str) -> None:
 
 
 def spectrum(rows: list[dict], level=STALL, out=None):
-    """Latency at 50, 90, 99, 99.9, 99.99% per model (mean over repeats), a panel per
+    """Latency at 50, 90, 99, 99.9, 99.99% per model (geometric mean over repeats), a panel per
     stage, for the runs at `level` (default: the stall); None without them."""
     chosen = [r for r in rows if r["level"] == level]
     if not chosen:

@@ -59,8 +59,8 @@ COMPONENT_COLORS = {"app": "#1f77b4", "app2": "#aec7e8", "redis": "#d62728", "ng
                     "sampler": "#7f7f7f", "locust": "#ff7f0e"}
 OK_COLOR, FAIL_COLOR = "#2ca02c", "#d62728"
 # benchmarks/profile/buckets.py's BUCKETS, in order: Redis's two in reds, "other" grey
-BUCKET_COLORS = ("#d62728", "#ff9896", "#1f77b4", "#aec7e8", "#2ca02c", "#9467bd", "#17becf",
-                 "#bcbd22", "#7f7f7f")
+BUCKET_COLORS = ("#d62728", "#ff9896", "#1f77b4", "#c5b0d5", "#aec7e8", "#2ca02c", "#9467bd",
+                 "#17becf", "#bcbd22", "#7f7f7f", "#404040")  # the last: buckets.NATIVE
 
 
 # --- drawing ---------------------------------------------------------------------
@@ -184,7 +184,7 @@ def _throughput_panel(top, m: pd.DataFrame, x) -> None:
 
 
 def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
-    """With --repeats: each stage's mean RPS and its 95% interval over the bar (the bar is
+    """With --repeats: each stage's geometric mean RPS and its 95% interval over the bar (the bar is
     the first repeat's), and a step its paired test does not find (repeats.paired)
     marked `n.s.`."""
     ivs = [over.get(key, {}).get("rps") for key in m["key"]]
@@ -194,7 +194,8 @@ def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
         if iv and iv["low"] is not None:
             whiskers = [[iv["mean"] - iv["low"]], [iv["high"] - iv["mean"]]]
             top.errorbar(i + 0.3, iv["mean"], yerr=whiskers, fmt="o", color="black", ms=4,
-                         capsize=5, zorder=6, label="mean, 95% interval" if i == 0 else None)
+                         capsize=5, zorder=6,
+                         label="geometric mean, 95% interval" if i == 0 else None)
     entries = [over.get(key) for key in m["key"]]
     for i, (a, b) in enumerate(zip(ivs, ivs[1:], strict=False)):
         tested = entries[i] and entries[i + 1] and repeats.paired(entries[i], entries[i + 1])
@@ -534,9 +535,10 @@ def _failures_panel(ax, sr: StageRun, df: pd.DataFrame, hist: pd.DataFrame, tw_t
 def cpu_by_bucket(run_dir, out=None) -> Figure | None:
     """(f) The app server's CPU per answered request, split by where py-spy saw it go.
 
-    Each bar is app_cpu_ms_per_request (the sampler's), cut into the stage's
-    cpu_share_* (benchmarks/profile/buckets.py); a stage that was not profiled is one
-    grey bar. Returns None (and writes nothing) when no stage was profiled."""
+    Each bar is app_cpu_ms_per_request (the sampler's), cut by buckets.per_request: the
+    CPU of threads py-spy cannot see (granian's Rust) a hatched segment of its own, the
+    rest into the stage's cpu_share_*; a stage that was not profiled is one grey bar.
+    Returns None (and writes nothing) when no stage was profiled."""
     name = "cpu_by_bucket"
     m = metrics_frame(run_dir)
     shares = [f"cpu_share_{b}" for b in buckets.BUCKETS]
@@ -549,10 +551,15 @@ def cpu_by_bucket(run_dir, out=None) -> Figure | None:
     ax = fig.subplots()
     base = np.zeros(len(m))
     total = m["app_cpu_ms_per_request"].to_numpy()
-    for bucket, color in zip(buckets.BUCKETS, BUCKET_COLORS, strict=True):
-        values = (m[f"cpu_share_{bucket}"].fillna(0.0) * total).to_numpy()
-        ax.bar(x, values, bottom=base, color=color, label=bucket.replace("_", " "),
-               edgecolor="white", linewidth=0.5)
+    rows = [buckets.per_request({k: (None if pd.isna(v) else v) for k, v in row.items()})
+            or {} for _, row in m.iterrows()]
+    for bucket, color in zip((*buckets.BUCKETS, buckets.NATIVE), BUCKET_COLORS, strict=True):
+        values = np.array([row.get(bucket, 0.0) for row in rows])
+        if bucket == buckets.NATIVE and not values.any():
+            continue  # no stage with threads py-spy cannot see
+        label = buckets.NATIVE_LABEL if bucket == buckets.NATIVE else bucket.replace("_", " ")
+        ax.bar(x, values, bottom=base, color=color, label=label, edgecolor="white",
+               linewidth=0.5, hatch="//" if bucket == buckets.NATIVE else None)
         base = base + values
     unprofiled = m[shares].isna().all(axis=1).to_numpy()
     if unprofiled.any():

@@ -2,48 +2,79 @@
 
 Repeat 1's stage folders are the run's own, repeat k's are under repeats/K/
 (benchmarks/run/results.py). For every stage: how many repeats measured it and
-passed all its checks, which checks failed in which repeat, and the mean with a
-95% interval of its RPS and p95 (for the plots); for each step between stages, the
-paired test of its ratios within each repeat (benchmarks/analysis/stats.py). The
-report, summary.csv and the throughput plot read this.
+passed all its checks, which checks failed in which repeat, and the geometric mean
+with a 95% interval of its RPS and p95 (stats.interval, log scale); for each step
+between stages, the paired test of its ratios within each repeat
+(benchmarks/analysis/stats.py). The report, summary.csv and the throughput plot read
+this. Beside the rate, the tail: each step's ratio of p95, p99 and Socket.IO's ack p95,
+tested the same way (TAIL).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks import stages
-from benchmarks.analysis import stats
+from benchmarks import latency_log, stages
+from benchmarks.analysis import metrics, stats
 from benchmarks.run import results
 
-FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
+FIGURES = ("rps", "p95_ms")  # the figures given an interval in summary.csv
 FOREIGN = "foreign_cpu_pct"  # listed per repeat: a neighbour widens an interval
+# the tail beside the rate: each stage's HTTP p95 and p99 and Socket.IO's ack p95, each
+# repeat's from its latency.hlog (HdrHistogram, 3 digits) where the folder has one,
+# else Locust's (metrics.json); {figure: (fraction, its requests' count in metrics.json,
+# which rows of the .hlog)}
+TAIL = {"p95_ms": (0.95, "requests", metrics.http_tag),
+        "p99_ms": (0.99, "requests", metrics.http_tag),
+        "sio_p95_ms": (0.95, "sio_requests", lambda tag: not metrics.http_tag(tag))}
+PAIRED = ("rps", *TAIL)  # the figures whose steps are tested within each repeat
 # summary.csv's columns after metrics.SUMMARY_COLUMNS: how many repeats measured the
-# stage and passed all its checks; RPS and p95, each a mean, its standard deviation
-# and 95% interval (the interval empty with one repeat)
-COLUMNS = ("repeats", "repeats_passed", "rps_mean", "rps_sd", "rps_ci_low", "rps_ci_high",
-           "p95_mean", "p95_sd", "p95_ci_low", "p95_ci_high")
+# stage and passed all its checks; RPS and p95, each a geometric mean, the standard
+# deviation of the values and the 95% interval of the geometric mean (stats.interval;
+# the interval empty with one repeat)
+COLUMNS = ("repeats", "repeats_passed", "rps_gmean", "rps_sd", "rps_ci_low", "rps_ci_high",
+           "p95_gmean", "p95_sd", "p95_ci_low", "p95_ci_high")
+
+
+def tail(folder: Path, m: dict) -> tuple[dict, str]:
+    """One repeat's TAIL figures and where they come from (`hdrhistogram` or `locust`,
+    stats.SOURCES); a percentile of too few requests (stats.too_few) is None."""
+    hlog = folder / results.LATENCY_HLOG
+    out, read = {}, {}  # read: each set of rows' times, read once
+    for name, (fraction, count, rows) in TAIL.items():
+        if hlog.exists():
+            times = read[rows] = read.get(rows) or latency_log.times_ms(hlog, rows)
+            n, value = sum(times.values()), stats.percentile(times, fraction)
+        else:
+            n, value = m.get(count), m.get(name)
+        out[name] = None if stats.too_few(fraction, n) else value
+    return out, "hdrhistogram" if hlog.exists() else "locust"
 
 
 def by_stage(run_dir: Path) -> dict[str, dict]:
     """{stage key: {"stage", "repeats", "passed", "failed_checks": [(repeat, check)],
-    "rps": interval, "p95_ms": interval}}, in registry order."""
+    "values": {figure: [each repeat's]}, "by_repeat": {figure: {repeat: value}},
+    "sources": {tail source}, and an interval (stats.interval) of each of FIGURES and
+    TAIL}}, in registry order."""
     found: dict[str, dict] = {}
     for repeat, root in enumerate(results.repeat_dirs(run_dir), start=1):
         for stage, folder in results.measured_stages(root):
             entry = found.setdefault(stage.key, {"stage": stage, "repeats": 0, "passed": 0,
                                                  "failed_checks": [], "values": {},
-                                                 "rps_by_repeat": {}})
+                                                 "by_repeat": {}, "sources": set()})
             m = results.read_json(folder / results.METRICS_JSON)
             checks = results.read_json(folder / results.CHECKS_JSON)
             entry["repeats"] += 1
             entry["passed"] += all(c["passed"] for c in checks)
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]
-            for name in (*FIGURES, FOREIGN):
-                entry["values"].setdefault(name, []).append(m.get(name))
-            entry["rps_by_repeat"][repeat] = m.get("rps")
+            tails, source = tail(folder, m)
+            entry["sources"].add(source)
+            figures = {"rps": m.get("rps"), FOREIGN: m.get(FOREIGN), **tails}
+            for name, value in figures.items():
+                entry["values"].setdefault(name, []).append(value)
+                entry["by_repeat"].setdefault(name, {})[repeat] = value
     for entry in found.values():
-        for name in FIGURES:
+        for name in dict.fromkeys((*FIGURES, *TAIL)):
             entry[name] = stats.interval(entry["values"].get(name, []))
     order = [s.key for s in stages.STAGES]
     return dict(sorted(found.items(), key=lambda kv: order.index(kv[0])))
@@ -54,7 +85,7 @@ def columns(entry: dict) -> dict:
     row = {"repeats": entry["repeats"], "repeats_passed": entry["passed"]}
     for name, short in (("rps", "rps"), ("p95_ms", "p95")):
         iv = entry[name]
-        row.update({f"{short}_mean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
+        row.update({f"{short}_gmean": _round(iv["mean"]), f"{short}_sd": _round(iv["sd"]),
                     f"{short}_ci_low": _round(iv["low"]), f"{short}_ci_high": _round(iv["high"])})
     return row
 
@@ -65,22 +96,22 @@ def disturbed(entry: dict, limit: float) -> int:
     return sum((v or 0) > limit for v in entry["values"].get(FOREIGN, []))
 
 
-def steps(entries: dict) -> list[tuple[dict, dict, list[float], dict]]:
-    """(a stage, the next, the RPS ratios within each repeat, their paired test
+def steps(entries: dict, figure: str = "rps") -> list[tuple[dict, dict, list[float], dict]]:
+    """(a stage, the next, the ratios of `figure` within each repeat, their paired test
     (stats.step)) for consecutive stages, then, with three stages or more, the first
     against the last: the whole way (stage 5 to 8 in lab 13)."""
     ordered = list(entries.values())
     pairs = list(zip(ordered, ordered[1:], strict=False))
     pairs += [(ordered[0], ordered[-1])] if len(ordered) > 2 else []
-    return [(a, b, *paired(a, b)) for a, b in pairs]
+    return [(a, b, *paired(a, b, figure)) for a, b in pairs]
 
 
-def paired(a: dict, b: dict) -> tuple[list[float], dict]:
-    """The step's RPS ratio b/a within each repeat that measured both, and their paired
-    test: the stages ran side by side in each repeat, so a drift of the box that moved
-    both leaves their ratio alone."""
-    ratios = [b["rps_by_repeat"][k] / a["rps_by_repeat"][k] for k in a["rps_by_repeat"]
-              if a["rps_by_repeat"][k] and b["rps_by_repeat"].get(k)]
+def paired(a: dict, b: dict, figure: str = "rps") -> tuple[list[float], dict]:
+    """The step's ratio b/a of `figure` (RPS, a percentile) within each repeat that
+    measured both, and their paired test: the stages ran side by side in each repeat, so
+    a drift of the box that moved both leaves their ratio alone."""
+    mine, theirs = a["by_repeat"].get(figure, {}), b["by_repeat"].get(figure, {})
+    ratios = [theirs[k] / mine[k] for k in mine if mine[k] and theirs.get(k)]
     return ratios, stats.step(ratios)
 
 

@@ -108,7 +108,7 @@ def sources_line(run_dir: Path) -> str:
 
 
 def repeats_section(run_dir: Path) -> str:
-    """With --repeats: each stage's mean and 95% interval, each step between
+    """With --repeats: each stage's geometric mean and 95% interval, each step between
     consecutive stages (and the first stage against the last) with its paired test,
     and every check that failed in a repeat. Empty for a run of one repeat."""
     over = repeats.by_stage(run_dir)
@@ -118,44 +118,78 @@ def repeats_section(run_dir: Path) -> str:
     if not over or max(e["repeats"] for e in over.values()) < 2:
         return ""
 
+    def one(x: float) -> str:  # under 1, two significant digits: a bound stays above 0
+        return f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+
     def shown(iv: dict) -> str:
         if iv["mean"] is None:
             return "-"
         if iv["low"] is None:
-            return f"{iv['mean']:.1f}"
-        return f"{iv['mean']:.1f} [{iv['low']:.1f}, {iv['high']:.1f}]"
+            return one(iv["mean"])
+        return f"{one(iv['mean'])} [{one(iv['low'])}, {one(iv['high'])}]"
 
     lines = ["## Repeats", "",
              "Each stage ran once per repeat, the stages interleaved (0,1,2,0,1,2...) so "
-             "that a drift of the machine hits them alike. Mean [95% interval] over the "
-             "repeats (Student's t: with 3 repeats the interval is wide). A step is "
+             "that a drift of the machine hits them alike. Geometric mean [95% interval] over "
+             "the repeats (Student's t on the logs: a rate or a time cannot go below "
+             "zero, and with 3 repeats the interval is wide). A step is "
              "judged within each repeat, where a slow spell of the box moves both "
-             "stages: its RPS ratio in each repeat, their geometric mean with its 95% "
+             "stages: its ratio in each repeat, their geometric mean with its 95% "
              "interval, and p, the two-sided paired t test on the log ratios. "
              f"*Significant* means p < {stats.ALPHA:g}; a step is a finding only then.",
              "",
-             "| stage | passed every check | RPS | p95 ms | others' CPU %, each repeat |",
-             "|---|---|---|---|---|"]
+             "| stage | passed every check | RPS | p95 ms | p99 ms | ack p95 ms | "
+             "others' CPU %, each repeat |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {e['stage'].dirname} | {e['passed']}/{e['repeats']} | {shown(e['rps'])} "
-              f"| {shown(e['p95_ms'])} | "
+              f"| {shown(e['p95_ms'])} | {shown(e['p99_ms'])} | {shown(e['sio_p95_ms'])} | "
               f"{', '.join(_cell(v) for v in e['values'][repeats.FOREIGN])} |"
               for e in over.values()]
-    limit = metrics.FOREIGN_CPU_LIMIT
+    lines += ["", tail_sources(over)]
     lines += ["", "Steps, RPS:", ""] if len(over) > 1 else []
-    for a, b, ratios, test in repeats.steps(over):
+    lines += step_lines(over, "rps")
+    if len(over) > 1:
+        lines += ["", "Steps, the tail (the later stage's percentile over the earlier's: "
+                  "below 1x the tail is shorter; p95, p99 of the HTTP requests, ack p95 of "
+                  "the Socket.IO acks, tested like the rate):", ""]
+        for figure, label in (("p95_ms", "p95"), ("p99_ms", "p99"), ("sio_p95_ms", "ack p95")):
+            lines += step_lines(over, figure, label)
+    failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
+    lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
+    lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
+              f"`{c['measured']}`" for repeat, stage, c in failed]
+    return "\n".join(lines) + "\n"
+
+
+def tail_sources(over: dict) -> str:
+    """Where the repeats' p95, p99 and ack p95 come from, stage by stage (repeats.tail)."""
+    files = {"hdrhistogram": results.LATENCY_HLOG, "locust": results.LOCUST_JSON}
+    by_source: dict[str, list[str]] = {}
+    for e in over.values():
+        for source in sorted(e["sources"]):
+            by_source.setdefault(source, []).append(e["stage"].key)
+    return "p95, p99 and ack p95 over the repeats from " + "; from ".join(
+        f"{stats.SOURCES[source]} (each run's `{files[source]}`) in stage(s) "
+        f"{', '.join(keys)}" for source, keys in by_source.items()) + (
+        "; a percentile of too few requests is left out.")
+
+
+def step_lines(over: dict, figure: str, label: str = "") -> list[str]:
+    """Each step's verdict on `figure` (stats.verdict), a line each; a step whose stages
+    lost CPU to other processes says so when its test finds nothing."""
+    limit, out = metrics.FOREIGN_CPU_LIMIT, []
+    for a, b, ratios, test in repeats.steps(over, figure):
+        if test["ratio"] is None:
+            continue  # a figure neither stage recorded (no Socket.IO users)
         each = (f" (each repeat {', '.join(f'{r:.2f}' for r in ratios)})"
                 if len(ratios) > 1 else "")
         lost = repeats.disturbed(a, limit) + repeats.disturbed(b, limit)
         why = (f"; in {lost} of their {a['repeats'] + b['repeats']} runs other processes "
                f"took over {limit:g}% of the server's CPUs: see What else ran"
                if lost and test["significant"] is False else "")
-        lines.append(f"- {a['stage'].key} -> {b['stage'].key}: {stats.verdict(test)}"
-                     f"{each}{why}")
-    failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
-    lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
-    lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
-              f"`{c['measured']}`" for repeat, stage, c in failed]
-    return "\n".join(lines) + "\n"
+        name = f" {label}" if label else ""
+        out.append(f"- {a['stage'].key} -> {b['stage'].key}{name}: {stats.verdict(test)}"
+                   f"{each}{why}")
+    return out
 
 
 def foreign_section(run_dir: Path, info: dict) -> str:

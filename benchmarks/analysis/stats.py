@@ -1,14 +1,23 @@
 """The lab's statistics, in one place: intervals, the step test, the percentile rule.
 
-- **A stage's interval** (`interval`): mean ± t * sd / sqrt(n) over its repeats,
-  Student's t with n - 1 degrees of freedom from scipy.stats (4.30 with 3 repeats:
-  three runs that agree within 5% still give about ±12%). The plots draw these.
+- **An interval of a positive quantity** (`interval`: a time, CPU per request, a rate,
+  RPS, a percentile; every interval the lab prints is of one): on the log scale, the t
+  interval of the logs exponentiated, exp(mean log ± t * sd / sqrt(n)) with Student's t
+  of n - 1 degrees of freedom from scipy.stats (4.30 with 3 repeats: three runs that
+  agree within 5% still give about ±12%). Its centre is the geometric mean, and that is
+  the mean printed beside it. Why: a time cannot be negative, and a t interval on the
+  raw scale crosses zero with 3 noisy repeats (0.07, 0.53, 1.0 ms give 0.53
+  [-0.62, 1.69]); on the log scale it is 0.33 [0.011, 10.5]: wide, as three such repeats
+  are, but only over values the quantity can take. The plots draw these.
 - **A step between two stages** (`step`): the stages ran interleaved, once per
   repeat, so a drift of the box moves both; the step is judged on the ratio within
   each repeat. The test is a paired t test on the log ratios (a ratio of 2 and one
   of 1/2 are the same size of change): the ratio is their geometric mean, its 95%
   interval exp(mean log ± t * sd / sqrt(n)), and p the two-sided one-sample t test of
   the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
+- **A ratio of two things measured apart** (`ratio`: a stage's CPU per request over the
+  floor's): the ratio of their geometric means, its interval from Welch's t on the
+  logs; unpaired, so wider than a step's.
 - **A percentile** (`percentile`): Locust's own rule, so the lab's figures are the
   ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`). The
   same rule reads Locust's buckets or an HdrHistogram's (benchmarks/latency_log.py):
@@ -24,6 +33,7 @@ from collections.abc import Mapping
 # scipy (and numpy under it) is imported where a test is computed: `lab list` imports
 # the report, and starts without them (tests/lab/test_layout.py)
 ALPHA = 0.05  # a step is "significant" when its paired test's p is below this
+CANNOT_TELL = "this run cannot tell"  # ends every "not significant" (verdict)
 ENOUGH = 10  # requests beyond a percentile for it to be shown: p99 needs 1,000
 # where a percentile's times come from, and to what precision they are kept
 # (locust.stats.bucket_response_time; latency_log.DIGITS)
@@ -38,62 +48,114 @@ def t95(df: int) -> float:
 
 
 def interval(values) -> dict:
-    """{n, mean, sd, low, high} of the numbers among `values` (None skipped); sd, low and
-    high are None with fewer than two."""
+    """A positive quantity's interval over its repeats (the rule above): {n, mean (the
+    geometric mean), sd (of the values themselves, their spread as summary.csv gives
+    it), low, high (the 95% interval, log scale), log (True)}. None and NaN are
+    skipped; sd, low and high are None with fewer than two values. A value of 0 or less
+    has no log: then mean is the arithmetic mean, low and high None and log False
+    (such a figure is not a positive quantity, or a stage that answered nothing)."""
     xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    out = {"n": len(xs), "mean": None, "sd": None, "low": None, "high": None, "log": True}
     if not xs:
-        return {"n": 0, "mean": None, "sd": None, "low": None, "high": None}
-    mean = statistics.fmean(xs)
+        return out
+    if min(xs) <= 0:
+        return {**out, "mean": statistics.fmean(xs), "log": False,
+                "sd": statistics.stdev(xs) if len(xs) > 1 else None}
     if len(xs) < 2:
-        return {"n": 1, "mean": mean, "sd": None, "low": None, "high": None}
-    sd = statistics.stdev(xs)
-    half = t95(len(xs) - 1) * sd / math.sqrt(len(xs))
-    return {"n": len(xs), "mean": mean, "sd": sd, "low": mean - half, "high": mean + half}
+        return {**out, "mean": xs[0]}
+    logs = [math.log(x) for x in xs]
+    centre = statistics.fmean(logs)
+    out["mean"] = math.exp(centre)
+    half = t95(len(xs) - 1) * statistics.stdev(logs) / math.sqrt(len(xs))
+    return {**out, "sd": statistics.stdev(xs), "low": math.exp(centre - half),
+            "high": math.exp(centre + half)}
+
+
+def mean(values) -> float | None:
+    """The arithmetic mean of the numbers among `values` (None skipped), for a figure
+    printed alone; one printed with an interval takes `interval`'s (geometric) mean."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    return statistics.fmean(xs) if xs else None
 
 
 def step(ratios: list[float]) -> dict:
     """The paired test of a step from its ratios within each repeat: {n, ratio (geometric
-    mean), low, high (its 95% interval), t, p, significant}. With one ratio there is no
-    test: low, high, t, p and significant are None."""
+    mean), low, high (its 95% interval: `interval` of the ratios), t, p, significant}.
+    With one ratio there is no test: low, high, t, p and significant are None."""
+    iv = interval([r for r in ratios if r and r > 0])
+    out = {"n": iv["n"], "ratio": iv["mean"], "low": iv["low"], "high": iv["high"],
+           "t": None, "p": None, "significant": None}
+    if iv["low"] is None:
+        return out
     logs = [math.log(r) for r in ratios if r and r > 0]
-    out = {"n": len(logs), "ratio": None, "low": None, "high": None, "t": None, "p": None,
-           "significant": None}
-    if not logs:
-        return out
-    mean = statistics.fmean(logs)
-    out["ratio"] = math.exp(mean)
-    if len(logs) < 2:
-        return out
-    sd = statistics.stdev(logs)
-    half = t95(len(logs) - 1) * sd / math.sqrt(len(logs))
-    if sd == 0:  # every repeat gave the same ratio: no spread to test against
-        t, p = (math.inf, 0.0) if mean else (0.0, 1.0)
+    if statistics.stdev(logs) == 0:  # every repeat gave the same ratio: no spread to test
+        t, p = (math.inf, 0.0) if logs[0] else (0.0, 1.0)
     else:
         from scipy import stats as scipy_stats
         result = scipy_stats.ttest_1samp(logs, 0.0)
         t, p = float(result.statistic), float(result.pvalue)
-    return {**out, "low": math.exp(mean - half), "high": math.exp(mean + half), "t": t,
-            "p": p, "significant": p < ALPHA}
+    return {**out, "t": t, "p": p, "significant": p < ALPHA}
+
+
+def ratio(over, under) -> dict:
+    """The ratio of two positive quantities measured apart, not paired (a stage's CPU per
+    request over the floor's): {ratio (geometric mean of `over` over that of `under`),
+    low, high}, its 95% interval from Welch's t on the logs, exp(d ± t * se) with se =
+    sqrt(var1/n1 + var2/n2) of the logs and the Welch-Satterthwaite degrees of freedom.
+    low and high are None unless both have two values or more."""
+    a, b = interval(over), interval(under)
+    out = {"ratio": None, "low": None, "high": None}
+    if a["mean"] is None or b["mean"] is None or not (a["log"] and b["log"]) or not b["mean"]:
+        return out
+    out["ratio"] = a["mean"] / b["mean"]
+    if a["low"] is None or b["low"] is None:
+        return out
+    parts = [statistics.variance([math.log(x) for x in xs if x is not None]) / n
+             for xs, n in ((over, a["n"]), (under, b["n"]))]
+    se = math.sqrt(sum(parts))
+    if se == 0:  # neither side moved: nothing to widen it
+        return {**out, "low": out["ratio"], "high": out["ratio"]}
+    df = se ** 4 / sum(v ** 2 / (n - 1) for v, n in zip(parts, (a["n"], b["n"]), strict=True))
+    half = t95(df) * se
+    return {**out, "low": out["ratio"] * math.exp(-half), "high": out["ratio"] * math.exp(half)}
 
 
 def verdict(s: dict) -> str:
-    """`2.09x [1.46, 2.99], p = 0.013: significant`, as the report and the docs say it."""
+    """A step in words, the one form the report, `lab run` and the pages use:
+    `2.09x [1.46, 2.99], p = 0.013: significant`, and when it is not, what its interval
+    still allows: `1.06x [0.85, 1.34], p = 0.360: not significant: between 0.85x and
+    1.34x, this run cannot tell` (no evidence either way, not evidence of no change)."""
     if s["ratio"] is None:
         return "not measured in a repeat of both"
     if s["p"] is None:
-        return f"{s['ratio']:.2f}x, one repeat: no test (run --repeats 3)"
-    word = "significant" if s["significant"] else "not significant"
+        return f"{_x(s['ratio'])}x, one repeat: no test (run --repeats 3)"
     p = "p < 0.001" if s["p"] < 0.001 else f"p = {s['p']:.3f}"
-    return f"{s['ratio']:.2f}x [{s['low']:.2f}, {s['high']:.2f}], {p}: {word}"
+    said = f"{_x(s['ratio'])}x [{_x(s['low'])}, {_x(s['high'])}], {p}: "
+    if s["significant"]:
+        return said + "significant"
+    return said + "not significant: " + cannot_tell(s["low"], s["high"])
+
+
+def cannot_tell(low: float, high: float) -> str:
+    """What a step that is not significant still allows: `between 0.85x and 1.34x, this
+    run cannot tell`."""
+    return f"between {_x(low)}x and {_x(high)}x, {CANNOT_TELL}"
+
+
+def _x(ratio: float) -> str:
+    """A ratio to two decimals; under 0.1 to two significant digits, so that a small
+    bound reads as the positive number it is (0.0042, not 0.00)."""
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
 
 
 def percentile(counts: Mapping[float, int], fraction: float) -> float | None:
     """The value `fraction` of the counted values are at or under, from {value: count},
     by Locust's rule (locust.stats.calculate_response_time_percentile: the value at
     rank int(n * fraction) + 1); None when nothing was counted. A list of values:
-    `percentile(collections.Counter(values), 0.95)`. HdrHistogram's own
-    get_value_at_percentile (and its HistogramLogProcessor) takes rank round(n * fraction):
-    on the same .hlog it can give the next request down."""
+    `percentile(collections.Counter(values), 0.95)`. HdrHistogram's Python package
+    (get_value_at_percentile) takes rank round(n * fraction), its Java library (and so
+    HistogramLogProcessor) ceil(n * fraction): on the same .hlog either can give the next
+    request down."""
     n = sum(counts.values())
     if not n:
         return None

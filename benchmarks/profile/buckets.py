@@ -25,9 +25,12 @@ BUCKETS = {
     "redis_connect": "Redis connect and close: redis-py making a client, pool or connection "
                      "per request, connecting (with its handshake) and disconnecting",
     "redis_commands": "Redis commands: the rest of redis-py (pack, send, read, parse)",
-    "http_server": "HTTP parsing and the server's own loop: gunicorn, werkzeug's server "
-                   "and request parsing, eventlet's and gevent's hubs, selectors, granian's "
+    "http_server": "HTTP parsing and the server's own loop: gunicorn, werkzeug's dev "
+                   "server, eventlet's and gevent's hubs and servers, selectors, granian's "
                    "Python glue (its Rust, with no Python frame, is not sampled)",
+    "request_objects": "werkzeug's request and response objects (Request, Response, Headers, "
+                       "the environ's parsing, the input stream): the app's side of WSGI, "
+                       "which runs under any server, and with none (the floor)",
     "flask": "Flask routing and request hooks: flask, werkzeug's routing and context locals",
     "json": "JSON: encoding and decoding (json, Flask's provider)",
     "token": "the token check: app/tokens.py and what it calls (itsdangerous' signature; "
@@ -38,6 +41,10 @@ BUCKETS = {
     "other": "the app's own views and stores, and whatever no rule names",
 }
 SUBTREE = "redis_connect"
+# the row of the app's CPU py-spy cannot see: threads with no Python frame (granian's Rust,
+# benchmarks/profile/threads.py), measured apart and never spread over the buckets
+NATIVE = "native"
+NATIVE_LABEL = "Rust, not sampled"  # its legend: what a stage 9 reader sees hatched
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("redis_connect", ("redis/*:*.connect", "redis/*:*._connect", "redis/*:*.connect_check_health",
                        "redis/*:*.on_connect*", "redis/*:*.disconnect", "redis/*:*.make_connection",
@@ -56,6 +63,13 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("flask", ("flask/*", "werkzeug/routing/*", "werkzeug/local.py:*", "blinker/*",
                "app/__init__.py:*", "app/errors.py:*")),
     ("other", ("app/*", "werkzeug/security.py:*")),
+    # werkzeug's objects the app builds from the environ under any server; its routing
+    # and locals are Flask's (above), its dev server and the rest the server's (below)
+    ("request_objects", ("werkzeug/wrappers/*", "werkzeug/sansio/*", "werkzeug/datastructures/*",
+                         "werkzeug/datastructures.py:*", "werkzeug/http.py:*",
+                         "werkzeug/wsgi.py:*", "werkzeug/utils.py:*", "werkzeug/_internal.py:*",
+                         "werkzeug/urls.py:*", "werkzeug/formparser.py:*",
+                         "werkzeug/exceptions.py:*")),
     # eventlet's and gevent's hubs, green threads and servers, not their green sockets:
     # a send or receive on one is its caller's (Redis's command, gunicorn's write)
     ("http_server", ("gunicorn/*", "werkzeug/*", "eventlet/hubs/*", "eventlet/greenthread.py:*",
@@ -126,6 +140,22 @@ def shares(path: Path) -> dict[str, float] | None:
     found = counts(path) or {}
     total = sum(found.values())
     return {bucket: round(n / total, 4) for bucket, n in found.items()} if total else None
+
+
+def per_request(m: dict) -> dict[str, float] | None:
+    """A stage's app CPU per request (metrics.json's `app_cpu_ms_per_request`, ms) by
+    bucket: first the share of threads py-spy cannot see (`native_cpu_share`) as the
+    NATIVE row, then the rest by the buckets' shares of the samples, which are of the
+    Python threads only. NATIVE is 0 where it was not measured (a run from before
+    threads.json). None: no CPU figure, or not profiled."""
+    total = m.get("app_cpu_ms_per_request")
+    shares = [m.get(f"cpu_share_{bucket}") for bucket in BUCKETS]
+    if total is None or any(s is None for s in shares):
+        return None
+    native = m.get("native_cpu_share") or 0.0
+    python = total * (1 - native)
+    return {**{b: s * python for b, s in zip(BUCKETS, shares, strict=True)},
+            NATIVE: total * native}
 
 
 def reduce(source: Path, target: Path) -> None:

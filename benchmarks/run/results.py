@@ -41,6 +41,8 @@
                                          (`--format raw`)
           profile.svg  profile.log       their flame graph (benchmarks/profile/flamegraph.py);
                                          py-spy's own output
+          threads.json                   the same servers' CPU by thread name over that window
+                                         (what py-spy cannot see: benchmarks/profile/threads.py)
 
 `sweep`, `fd_limit`, `book`, `crosscheck` and `lab run --target` make their runs
 here too, as `<timestamp>-<suffix>/`, and leave `latest` to `lab run`'s stages.
@@ -105,6 +107,8 @@ CHECKS_JSON = "checks.json"
 PROFILE_STACKS = "profile.folded"
 PROFILE_SVG = "profile.svg"
 PROFILE_LOG = "profile.log"
+# the same servers' CPU by thread name over the profiled window (benchmarks/profile/threads.py)
+THREADS_JSON = "threads.json"
 
 
 def rel(path: Path) -> str:

@@ -28,6 +28,7 @@ from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
+from benchmarks.profile import threads
 from benchmarks.run import cli, environment, fitting, locust_cli, open_model, progress, results, slo
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
@@ -282,7 +283,7 @@ def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOpti
     pids = [pid for name, pid in load.server_pids.items()
             if name in ("app", socketio_name("app"))]
     with profile.recording(pids, load.sampler_prefix, stage_dir,
-                           opts.duration - 0.5, on=opts.profile):
+                           opts.duration - 0.5, on=opts.profile), threads.window(pids, stage_dir):
         return measure(load, stage_dir, users_file, opts, user_classes)
 
 

@@ -27,7 +27,8 @@ stages 0 and 1 every request leaves one toward Redis, and a tool that starts
 with another's 10,000 pays for them. Around each run it reads where the time
 went: the CPU of the stage's servers (their process trees) per request, and the
 tool's own CPU (% of one core). Prints a table, then per stage and form the
-Locust/wrk ratio as a mean with its 95% interval over the rounds, and writes
+Locust/wrk ratio as a geometric mean with its 95% interval over the rounds
+(stats.interval, log scale), and writes
 `crosscheck.csv` (a row per round) and `crosscheck-ratios.csv` in a
 `results/<stamp>-crosscheck` run. `--forms wrk` runs only the like-for-like form.
 """
@@ -78,7 +79,7 @@ COLUMNS = ("stage", "round", "locust_rps", "locust_p50_ms", "locust_server_ms",
            "locust_client_cpu",
            *(f"{w.column}_{k}" for w in WRKS for k in ("rps", "p50_ms", "timeouts", "ratio",
                                                         "server_ms", "client_cpu")))
-RATIO_COLUMNS = ("stage", "form", "rounds", "ratio_mean", "ratio_low", "ratio_high",
+RATIO_COLUMNS = ("stage", "form", "rounds", "ratio_gmean", "ratio_low", "ratio_high",
                  "locust_server_ms", "wrk_server_ms", "locust_client_cpu", "wrk_client_cpu")
 
 
@@ -217,7 +218,8 @@ def line(row: dict) -> str:
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    """Per stage and wrk form: Locust/wrk as a mean with its 95% interval over the rounds,
+    """Per stage and wrk form: Locust/wrk as a geometric mean with its 95% interval over
+    the rounds (stats.interval),
     and the mean CPU figures of both tools (crosscheck-ratios.csv)."""
     out = []
     for key in dict.fromkeys(r["stage"] for r in rows):
@@ -226,11 +228,12 @@ def ratios(rows: list[dict]) -> list[dict]:
             if mine[0].get(f"{w.column}_ratio") is None:
                 continue
             iv = stats.interval(r[f"{w.column}_ratio"] for r in mine)
-            mean = {k: stats.interval(r.get(k) for r in mine)["mean"] for k in (
+            mean = {k: stats.mean(r.get(k) for r in mine) for k in (
                 "locust_server_ms", f"{w.column}_server_ms", "locust_client_cpu",
                 f"{w.column}_client_cpu")}
             out.append({"stage": key, "form": w.name, "rounds": iv["n"],
-                        **{f"ratio_{k}": _round(iv[k]) for k in ("mean", "low", "high")},
+                        "ratio_gmean": _round(iv["mean"]), "ratio_low": _round(iv["low"]),
+                        "ratio_high": _round(iv["high"]),
                         "locust_server_ms": _round(mean["locust_server_ms"]),
                         "wrk_server_ms": _round(mean[f"{w.column}_server_ms"]),
                         "locust_client_cpu": _round(mean["locust_client_cpu"], 1),
@@ -239,8 +242,8 @@ def ratios(rows: list[dict]) -> list[dict]:
 
 
 def ratio_line(r: dict) -> str:
-    shown = (f"{r['ratio_mean']:.2f} [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}]"
-             if r["ratio_low"] is not None else f"{r['ratio_mean']:.2f} (one round: no interval)")
+    shown = (f"{r['ratio_gmean']:.2f} [{r['ratio_low']:.2f}, {r['ratio_high']:.2f}]"
+             if r["ratio_low"] is not None else f"{r['ratio_gmean']:.2f} (one round: no interval)")
     return (f"stage {r['stage']:<3} Locust/{r['form']}: {shown} over {r['rounds']} rounds; "
             f"servers' CPU {r['locust_server_ms']} ms/request under Locust, "
             f"{r['wrk_server_ms']} under {r['form']}; client CPU {r['locust_client_cpu']}% / "

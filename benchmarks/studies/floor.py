@@ -1,12 +1,15 @@
 """The floor: the app's own CPU per request, with no server at all.
 
     python -m benchmarks.studies.floor [--repeats 3] [--seconds 2] [--into RUN_DIR]
+                                       [--redis-cpu server|apart]
 
 Stage 8's app (its code and settings, benchmarks/stages.py TODAY, the Redis pool)
 is built in this process and called as a WSGI callable: a prepared environ per
 request, no socket, no HTTP parsing, no server. Redis is real: a redis-server
-started here on a free loopback port, pinned to its own CPU (the lab's client CPUs
-by default), the app to the other (the lab's server CPU). The requests are the
+started here on a free loopback port. The app is pinned to the lab's server CPU, and
+Redis with it, as every stage puts Redis on the server roles' core (`--redis-cpu
+server`, the default); `--redis-cpu apart` pins Redis to the lab's client CPUs
+instead, the floor without the cost of sharing a core. The report says which. The requests are the
 chat mix's (benchmarks/chat_mix.py: ChatUser's tasks and weights): for each
 request type in turn, warmed up first, then a timed loop of --seconds whose
 requests each must answer the status the scenario expects (any other is an error,
@@ -176,6 +179,32 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def busy_seconds(cpus: frozenset[int]) -> float:
+    """Time `cpus` spent busy (every state but idle and iowait), from /proc/stat, in s."""
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in cpus:
+            values = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            total += sum(values) - values[3] - values[4]
+    return total / ticks
+
+
+@contextlib.contextmanager
+def watched(app_cpus: frozenset[int], redis_pid: int, redis_shares: bool, out: dict):
+    """While the block runs, what else the box did, into `out`: the load average before
+    and after, and the share of the app's CPUs that processes other than this one (and
+    Redis, when it shares them) used, in % (others_cpu_pct)."""
+    load0, busy0, wall0 = os.getloadavg()[0], busy_seconds(app_cpus), time.perf_counter()
+    own0, redis0 = time.process_time(), cpu_seconds(redis_pid)
+    yield
+    wall = time.perf_counter() - wall0
+    ours = time.process_time() - own0 + (cpu_seconds(redis_pid) - redis0 if redis_shares else 0)
+    others = max(0.0, busy_seconds(app_cpus) - busy0 - ours) / (wall * len(app_cpus))
+    out.update({"load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                "others_cpu_pct": round(100 * others, 1)})
+
+
 def loop_cost(calls: int = 20000) -> dict[str, float]:
     """The loop's own CPU per request, in us: `caller` around a WSGI app that does nothing,
     a GET and a POST (which makes its key), so the report can say what it adds."""
@@ -245,12 +274,20 @@ def check(args) -> None:
     procs.require_binary("taskset", "Install util-linux (it has taskset).")
 
 
+def layout(args) -> str:
+    """Where Redis runs, as floor.REDIS_CPU names it."""
+    return "given" if args.redis_cpus else args.redis_cpu
+
+
 def placement(args) -> tuple[frozenset[int], frozenset[int]]:
-    """(the app's CPUs, Redis's): the lab's server CPU and client CPUs by default."""
+    """(the app's CPUs, Redis's): the app on the lab's server CPU, Redis with it
+    (--redis-cpu server) or on the lab's client CPUs (apart); --app-cpus and --redis-cpus
+    name others."""
     lab = hosts.placement()
     app = hosts.parse_cpus(args.app_cpus) if args.app_cpus else lab.server
-    redis = hosts.parse_cpus(args.redis_cpus) if args.redis_cpus else lab.client
-    return app, redis
+    if args.redis_cpus:
+        return app, hosts.parse_cpus(args.redis_cpus)
+    return app, app if args.redis_cpu == "server" else lab.client
 
 
 def run(args) -> int:
@@ -259,9 +296,10 @@ def run(args) -> int:
     out_dir = Path(args.into) if args.into else results.new_run(Path(args.results),
                                                                 suffix="floor")
     say(f"floor: stage {STAGE}'s app in-process on CPU {hosts.format_cpus(app_cpus)}, Redis "
-        f"on CPU {hosts.format_cpus(redis_cpus)}; {args.repeats} repeat(s) of {args.seconds:g} "
-        f"s per request type; results in {results.rel(out_dir)}")
-    affinity = os.sched_getaffinity(0)
+        f"on CPU {hosts.format_cpus(redis_cpus)} ({floor.REDIS_CPU[layout(args)]}); "
+        f"{args.repeats} repeat(s) of {args.seconds:g} s per request type; results in "
+        f"{results.rel(out_dir)}")
+    affinity, box = os.sched_getaffinity(0), {}
     with tempfile.TemporaryDirectory(prefix="floor-redis-") as workdir:
         port = procs.free_port()
         redis = procs.start(["taskset", "-c", hosts.format_cpus(redis_cpus),
@@ -275,7 +313,8 @@ def run(args) -> int:
                 from app import create_app  # here: the study's --help needs no Flask
                 app = create_app()
             chat = sign_in(app.test_client())
-            figures = measure(app, chat, redis.pid, args.repeats, args.seconds)
+            with watched(app_cpus, redis.pid, bool(app_cpus & redis_cpus), box):
+                figures = measure(app, chat, redis.pid, args.repeats, args.seconds)
         finally:
             os.sched_setaffinity(0, affinity)
             procs.stop(redis)
@@ -283,7 +322,8 @@ def run(args) -> int:
             "settings": {k: v for k, v in settings.items()
                          if k not in ("FLASK_SECRET_KEY", "FLASK_REDIS_URL")},
             "cpus": {"app": hosts.format_cpus(app_cpus), "redis": hosts.format_cpus(redis_cpus)},
-            "seconds": args.seconds, "loop_us": loop_cost(), "weights": WEIGHTS,
+            "redis_cpu": layout(args),
+            "seconds": args.seconds, "loop_us": loop_cost(), "box": box, "weights": WEIGHTS,
             "repeats": figures}
     floor.write(out_dir, data)
     if args.into:
@@ -312,8 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the study's own folder goes without --into (results/)")
     p.add_argument("--app-cpus", metavar="CPUS",
                    help="CPUs of the app, this process (default: the lab's server CPU)")
+    p.add_argument("--redis-cpu", choices=("server", "apart"), default="server",
+                   help="Redis on the app's CPU as in the stages (server, the default), or "
+                        "on the lab's client CPU (apart)")
     p.add_argument("--redis-cpus", metavar="CPUS",
-                   help="CPUs of Redis (default: the lab's client CPUs)")
+                   help="CPUs of Redis, instead of --redis-cpu's")
     return p
 
 

@@ -139,9 +139,9 @@ def test_a_short_crosscheck_on_stage_3(tmp_path):
     assert set(ratios) == {"wrk"}, ratios
     got = ratios["wrk"]
     ratio = [float(r["wrk_ratio"]) for r in rows]
-    assert float(got["ratio_mean"]) == pytest.approx(sum(ratio) / 2, abs=0.002)
+    assert float(got["ratio_gmean"]) == pytest.approx(sum(ratio) / 2, abs=0.002)
     assert float(got["ratio_low"]) <= min(ratio) and float(got["ratio_high"]) >= max(ratio)
-    assert f"Locust/wrk: {float(got['ratio_mean']):.2f} [" in out
+    assert f"Locust/wrk: {float(got['ratio_gmean']):.2f} [" in out
     assert "-t100 -c100" in (run_dir / "03-eventlet-keepalive" / "round-1" / "wrk.txt").read_text()
 
 

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from benchmarks import stages
-from benchmarks.analysis import reference
+from benchmarks.analysis import reference, stats
 
 ROOT = stages.ROOT
 
@@ -58,12 +58,22 @@ FIGURES = [
      lambda: share_list("5", [("Redis commands", "redis_commands"),
                               ("the HTTP\nserver's loop", "http_server"),
                               ("Flask's routing and hooks", "flask"), ("JSON", "json"),
-                              ("the token\ncheck", "token"), ("logging", "logging"),
+                              ("werkzeug's\nrequest objects", "request_objects"),
+                              ("the token check", "token"), ("logging", "logging"),
                               ("Socket.IO", "socketio")])),
     ("exercises/12-profile-then-fix.md", r"HTTP server's own loop was (\d\.\d+) of stage 7's",
      lambda: f"{metric('7', 'cpu_share_http_server'):.2f}"),
     ("exercises/12-profile-then-fix.md", r"up\s+from stage 5's (\d\.\d+)",
      lambda: f"{metric('5', 'cpu_share_http_server'):.2f}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\(`cpu_share_http_server` (\d\.\d+)\)",
+     lambda: f"{metric('8', 'cpu_share_http_server'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\(`cpu_share_logging` (\d\.\d+),",
+     lambda: f"{metric('8', 'cpu_share_logging'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"`cpu_share_request_objects`\s+(\d\.\d+),",
+     lambda: f"{metric('8', 'cpu_share_request_objects'):g}"),
+    ("exercises/15-how-close-to-the-floor.md", r"\s(\d+) of 1,547 samples\)",
+     lambda: str(round(metric('8', 'cpu_share_request_objects')
+                       * metric('8', 'profile_samples')))),
 ]
 
 
@@ -92,3 +102,26 @@ def test_lab_14s_table_is_the_omission_captures_own():
             or line.startswith("| 5 |")]
     quoted = [line for line in lab.read_text().splitlines() if line in rows]
     assert len(rows) == 20 and quoted == rows, set(rows) - set(quoted)
+
+
+LAB_15 = ROOT / "exercises" / "15-how-close-to-the-floor.md"
+
+
+def test_lab_15s_verdicts_say_what_the_interval_allows():
+    """Every "not significant" in lab 15 goes on to say what its interval still allows
+    (stats.verdict's form), and its 8 -> 9 verdicts are the paired test of the page's own
+    per-repeat figures: req/s, and server CPU per request."""
+    text = " ".join(LAB_15.read_text().split())
+    said = list(re.finditer(r"not significant", text))
+    assert len(said) >= 3
+    for m in said:
+        after = text[m.end():m.end() + 70]
+        assert re.match(r": between [\d.]+x and [\d.]+x, " + stats.CANNOT_TELL, after), after
+    assert "not reached" not in text and "did not move" not in text
+    rows = {m[1]: m for m in re.finditer(r"\| (8|9) \| ([\d., ]+) \| ([\d., ]+) \|", text)}
+    each = {k: [[float(x.replace(",", "")) for x in re.split(r", (?=\d)", m[i])]
+                for i in (2, 3)] for k, m in rows.items()}
+    rps = [b / a for a, b in zip(each["8"][0], each["9"][0], strict=True)]
+    cpu = [b / a for a, b in zip(each["8"][1], each["9"][1], strict=True)]
+    assert f"8 -> 9: {stats.verdict(stats.step(rps))}" in text
+    assert stats.verdict(stats.step(cpu)) in text

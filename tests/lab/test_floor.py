@@ -17,10 +17,11 @@ from conftest import make_config, run_module
 
 from app import create_app
 from benchmarks import stages
-from benchmarks.analysis import floor
+from benchmarks.analysis import floor, stats
 from benchmarks.chat_mix import WEIGHTS
 from benchmarks.run import options, results
 from benchmarks.run.cli import StageFailed
+from benchmarks.sandbox import hosts
 from benchmarks.studies import floor as study
 
 ROOT = stages.ROOT
@@ -37,6 +38,11 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert data["weights"] == WEIGHTS and data["stage"] == "8"
     assert data["settings"]["FLASK_FUSED_ROUND_TRIPS"] == "1"  # stage 8's code: stage 7's
     assert len(data["repeats"]) == 2
+    # Redis where every stage has it: on the app's CPU (the default --redis-cpu server)
+    assert data["redis_cpu"] == "server" and data["cpus"]["redis"] == data["cpus"]["app"]
+    assert floor.REDIS_CPU["server"] in (folder / results.REPORT_MD).read_text()
+    # what else the box did while it was measured, in terms a reader can check
+    assert len(data["box"]["load_average"]) == 2 and 0 <= data["box"]["others_cpu_pct"] <= 100
     cheapest = min(f["app_cpu_ms"] for r in data["repeats"] for f in r.values())
     assert 0 < data["loop_us"]["GET"] < 1000 * cheapest  # the loop: less than any request
     for repeat in data["repeats"]:
@@ -55,6 +61,7 @@ def test_the_floor_has_every_request_type_and_the_mix_with_intervals(tmp_path):
     assert min(each) <= mix <= max(each)  # a weighted mean of the types
     text = (folder / results.REPORT_MD).read_text()
     assert all(f"| {t} | {w} |" in text for t, w in WEIGHTS.items()) and "| **mix** |" in text
+    assert f"other processes used {data['box']['others_cpu_pct']:g}% of the app's CPU" in text
     assert (folder / results.FLOOR_CSV).read_text().count("\n") == len(WEIGHTS) + 2
     assert floor.table(rows) in output  # what it printed is what it wrote
 
@@ -69,9 +76,8 @@ def test_into_a_run_the_report_gives_each_stage_as_a_multiple_of_the_floor(tmp_p
                               timeout=120)
     assert code == 0, output
     data = floor.read(run_dir)
-    base = floor.summarize(data)[-1]
-    app = base["app_cpu_ms"]["mean"]
-    both = app + base["redis_cpu_ms"]["mean"]
+    app, both = (stats.interval(v)["mean"] for v in floor.bases(data).values())
+    assert round(app, 9) == round(floor.summarize(data)[-1]["app_cpu_ms"]["mean"], 9)
     text = (run_dir / results.REPORT_MD).read_text()
     assert "## The floor" in text
     for dirname in keep:
@@ -109,6 +115,15 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, args, said):
     with pytest.raises(options.OptionsError, match=said):
         study.run(parsed)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_redis_goes_with_the_app_or_apart_as_asked():
+    lab = hosts.placement()
+    for argv, redis in (([], lab.server), (["--redis-cpu", "apart"], lab.client),
+                        (["--redis-cpu", "apart", "--redis-cpus", "0"], frozenset({0}))):
+        args = study.build_parser().parse_args(argv)
+        assert study.placement(args) == (lab.server, redis), argv
+    assert study.layout(study.build_parser().parse_args(["--redis-cpus", "0"])) == "given"
 
 
 def test_into_a_folder_that_is_no_run_exits_2_with_one_line(tmp_path):

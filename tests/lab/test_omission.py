@@ -62,7 +62,7 @@ def test_the_summary_gives_each_model_its_interval_over_the_repeats():
         (50, "closed"), (50, "open"), (110, "closed"), (110, "open"),
         ("stall", "closed"), ("stall", "open")]
     open_110 = summary[3]
-    assert open_110["n"] == 3 and open_110["p99_mean"] == 3002.0  # 3001, 3002, 3003
+    assert open_110["n"] == 3 and open_110["p99_gmean"] == 3002.0  # 3001, 3002, 3003
     assert open_110["p99_low"] < 3002 < open_110["p99_high"]
     assert summary[4]["p99_low"] is None  # one stall run: no interval
     text = omission.table(summary)

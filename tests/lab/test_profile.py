@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,10 +19,11 @@ import psutil
 import pytest
 
 from benchmarks import lab as lab_cli
-from benchmarks.profile import buckets, flamegraph, folded, record
+from benchmarks.profile import buckets, flamegraph, folded, record, threads
 from benchmarks.run import options, results
 
 DATA = Path(__file__).parent / "data"
+REFERENCE = Path(__file__).parents[2] / "notebooks" / "reference-run"
 STAGE0, STAGE2 = DATA / "py-spy-stage0.folded", DATA / "py-spy-stage2.folded"
 # each line's bucket, in the files' order (what its leaf frame is, beside it)
 EXPECTED = {
@@ -130,3 +132,79 @@ def test_recording_off_or_interrupted_leaves_nothing_running(tmp_path):
         target.wait()
     assert not py_spies()
     assert not (tmp_path / "off").exists()
+
+
+def stack(*frames: str) -> list[str]:
+    """A stack as folded.read gives it: the process, then `function (file)` frames."""
+    return ["process 1:\"gunicorn: worker [app.wsgi:app]\"", *frames]
+
+
+def test_werkzeugs_request_objects_are_a_bucket_of_their_own():
+    """Request, Response and Headers run under any server (and with none, the floor): not
+    the HTTP server's; werkzeug's dev server still is, its routing still Flask's."""
+    cache: dict = {}
+    handle = "Worker.handle (gunicorn/workers/base_async.py)"
+    found = [buckets.classify(stack(*frames), cache) for frames in (
+        (handle, "Response.__init__ (werkzeug/wrappers/response.py)"),
+        (handle, "EnvironHeaders._get_key (werkzeug/datastructures/headers.py)"),
+        (handle, "Request.args (werkzeug/sansio/request.py)"),
+        (handle, "get_input_stream (werkzeug/wsgi.py)"),
+        (handle, "Request.get_json (werkzeug/wrappers/request.py)", "loads (json/__init__.py)"),
+        (handle, "Map.bind_to_environ (werkzeug/routing/map.py)"),
+        ("WSGIRequestHandler.handle (werkzeug/serving.py)",),
+        (handle, "parse_request (gunicorn/http/message.py)"))]
+    assert found == ["request_objects"] * 4 + ["json", "flask", "http_server", "http_server"]
+    # stage 8 of the reference capture: 107 of its 1,547 samples, once the HTTP server's
+    counts = buckets.counts(REFERENCE / "08-todays-stack" / results.PROFILE_STACKS)
+    assert (counts["request_objects"], sum(counts.values())) == (107, 1547)
+
+
+def test_cpu_that_py_spy_cannot_see_is_a_row_of_its_own():
+    m = {"app_cpu_ms_per_request": 0.6, "native_cpu_share": 0.1,
+         **{f"cpu_share_{b}": 0.0 for b in buckets.BUCKETS}, "cpu_share_redis_commands": 0.5,
+         "cpu_share_http_server": 0.5}
+    rows = buckets.per_request(m)
+    assert round(rows[buckets.NATIVE], 6) == 0.06  # 10% of 0.6 ms: not spread
+    assert round(rows["redis_commands"], 6) == round(rows["http_server"], 6) == 0.27
+    assert round(sum(rows.values()), 6) == 0.6
+    assert buckets.per_request({**m, "native_cpu_share": None})[buckets.NATIVE] == 0
+    assert buckets.per_request({**m, "cpu_share_json": None}) is None  # not profiled
+
+
+SPINNER = """
+import threading, time
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+def named():
+    tid = threading.get_native_id()
+    with open(f"/proc/self/task/{tid}/comm", "w") as f:
+        f.write("tokio-rt-worker")
+    print("ready", flush=True)
+    spin(1.5)
+t = threading.Thread(target=named)
+t.start()
+spin(0.2)
+t.join()
+"""
+
+
+def test_thread_cpu_is_read_by_thread_name_from_proc(tmp_path):
+    """A real process whose one thread, named as granian's Rust runtime names its threads,
+    spins while the main thread mostly waits: threads.json holds both names, and the
+    native share is that thread's."""
+    child = subprocess.Popen([sys.executable, "-c", SPINNER], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with threads.window([child.pid], tmp_path):
+            time.sleep(1.0)
+    finally:
+        child.wait(timeout=10)
+        child.stdout.close()
+    found = threads.read(tmp_path)
+    assert set(threads.NATIVE) <= set(found), found
+    share = threads.native_share(found)
+    assert 0.7 < share <= 1.0, found
+    assert threads.native_share({}) is None and threads.read(tmp_path / "none") is None

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
 
-from benchmarks import stages
+from benchmarks import latency_log, stages
 from benchmarks.analysis import metrics, plots, reference, repeats, report, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results
@@ -98,14 +100,34 @@ def test_write_full_run(run_copy):
     assert report.summary_table(run_copy) in text
 
 
-def test_an_interval_is_students_t_over_the_repeats():
+def test_an_interval_is_students_t_over_the_logs():
     iv = stats.interval([1.0, 2.0, None, 3.0])  # None: a repeat without the figure
-    assert (iv["n"], iv["mean"], iv["sd"]) == (3, 2.0, 1.0)
-    assert round(iv["high"] - iv["mean"], 3) == round(4.303 / 3 ** 0.5, 3)
-    assert stats.interval([5.0])["low"] is None
+    assert (iv["n"], round(iv["mean"], 4), iv["sd"]) == (3, round(6 ** (1 / 3), 4), 1.0)
+    logs = [math.log(x) for x in (1.0, 2.0, 3.0)]
+    half = 4.303 * statistics.stdev(logs) / 3 ** 0.5
+    assert round(math.log(iv["high"] / iv["mean"]), 3) == round(half, 3)
+    assert round(math.log(iv["mean"] / iv["low"]), 3) == round(half, 3)
+    assert stats.interval([5.0])["low"] is None and stats.interval([5.0])["mean"] == 5.0
     # Student's t past any table: wider than the normal 1.96, narrowing towards it
     assert [round(stats.t95(df), 3) for df in (2, 31, 40, 100)] == [4.303, 2.040, 2.021,
                                                                      1.984]
+
+
+def test_the_interval_of_a_positive_quantity_cannot_cross_zero():
+    """Three noisy repeats of a time (ms): on the raw scale mean ± t sd / sqrt(n) is
+    0.53 [-0.62, 1.69], a negative time; the lab's rule gives the geometric mean and an
+    interval inside (0, inf) around it."""
+    values = [0.07, 0.53, 1.0]
+    raw = statistics.fmean(values) - stats.t95(2) * statistics.stdev(values) / 3 ** 0.5
+    assert raw < 0  # what the rule is for
+    iv = stats.interval(values)
+    gmean = math.prod(values) ** (1 / 3)
+    assert round(iv["mean"], 9) == round(gmean, 9)
+    assert 0 < iv["low"] < gmean < iv["high"] < math.inf
+    # a value of 0 has no log: the arithmetic mean alone, said as such
+    zero = stats.interval([0.0, 1.0, 2.0])
+    assert (zero["mean"], zero["low"], zero["log"]) == (1.0, None, False)
+    assert stats.mean([1.0, None, 2.0]) == 1.5 and stats.mean([]) is None
 
 
 def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
@@ -120,6 +142,33 @@ def test_the_issues_worked_example_is_a_paired_t_test_on_the_logs():
     assert round(stats.step([2.0, 0.5, 1.0])["ratio"], 6) == 1.0
     one = stats.step([2.41])
     assert one["p"] is None and "one repeat: no test" in stats.verdict(one)
+
+
+def test_a_ratio_of_two_unpaired_samples_is_welchs_on_the_logs():
+    """A stage's CPU per request over the floor's: measured apart, so Welch's t on the
+    logs (scipy's unequal-variance test, its degrees of freedom), never below zero."""
+    from scipy import stats as scipy_stats
+    over, under = [0.76, 0.90, 0.81], [0.35, 0.41, 0.45, 0.40]
+    r = stats.ratio(over, under)
+    logs = [[math.log(x) for x in xs] for xs in (over, under)]
+    welch = scipy_stats.ttest_ind(*logs, equal_var=False)
+    d = statistics.fmean(logs[0]) - statistics.fmean(logs[1])
+    se = d / welch.statistic
+    assert round(math.log(r["ratio"]), 9) == round(d, 9)
+    assert round(math.log(r["high"] / r["ratio"]), 6) == round(stats.t95(welch.df) * se, 6)
+    assert 0 < r["low"] < r["ratio"] < r["high"]
+    assert stats.ratio([0.8], under)["low"] is None and stats.ratio([], under)["ratio"] is None
+
+
+def test_a_step_not_significant_says_what_its_interval_allows():
+    """Lab 15's 8 -> 9: three repeats with ratios 1.05, 0.98, 1.17 (its req/s in each
+    repeat). Not significant is no evidence either way: the sentence gives the range the
+    run cannot tell apart."""
+    s = stats.step([b / a for a, b in zip((1004.6, 861.3, 956.5), (1057.6, 841.4, 1121.2),
+                                          strict=True)])
+    assert stats.verdict(s) == ("1.06x [0.85, 1.34], p = 0.360: not significant: between "
+                                "0.85x and 1.34x, this run cannot tell")
+    assert stats.verdict(s).endswith(stats.CANNOT_TELL)
 
 
 def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
@@ -142,7 +191,8 @@ def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
 @pytest.mark.parametrize("pool,verdict", [
     ((723.0, 590.7, 657.2), "- 1 -> 2: 2.09x [1.44, 3.03], p = 0.013: significant "
                             "(each repeat 2.41, 1.79, 2.12)"),
-    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant "
+    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant: "
+                            "between 0.79x and 1.29x, this run cannot tell "
                             "(each repeat 1.10, 0.91, 1.03)"),
 ], ids=["agree", "disagree"])
 def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
@@ -179,19 +229,103 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     report.write(run_copy)
     _, rows = read_summary(run_copy)
     first = rows[0]
-    assert (first["repeats"], first["rps_mean"], first["rps_sd"]) == ("3", "300.0", "10.0")
-    assert float(first["rps_ci_high"]) == round(300 + 4.303 * 10 / 3 ** 0.5, 1)
+    # the geometric mean, the values' own sd, the interval on the log scale
+    assert (first["repeats"], first["rps_gmean"], first["rps_sd"]) == ("3", "299.9", "10.0")
+    assert (first["rps_ci_low"], first["rps_ci_high"]) == ("276.0", "325.8")
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant (each repeat 1.02, "
+    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant: between 0.90x and "
+            "1.12x, this run cannot tell (each repeat 1.02, "
             "0.95, 1.03); in 1 of their 6 runs other processes took over 10% of the "
             "server's CPUs" in text)
     assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001: significant (each repeat 1.97, 2.07, "
             "1.97)" in text)
-    assert "| 00-builtin | 3/3 | 300.0 [275.2, 324.8] | " in text and "| 1, 40, 1 |" in text
+    assert "| 00-builtin | 3/3 | 299.9 [276.0, 325.8] | " in text and "| 1, 40, 1 |" in text
     assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
     assert text.count("(repeat ") == 1  # the only run past the limit
     assert f"- repeat 3, stage 2: `{checks[0]['expected']}`" in text
+
+
+def write_hlog(folder: Path, scale: float) -> None:
+    """A latency.hlog as Locust's processes leave it: 2,000 HTTP requests of 1-100 ms and
+    400 Socket.IO acks of 1-20 ms, each time times `scale`."""
+    latency_log.reset()
+    try:
+        for i in range(2000):
+            latency_log.record("GET", "/users/friends", (1 + i % 100) * scale)
+        for i in range(400):
+            latency_log.record(metrics.SOCKETIO_TYPE, "message", (1 + i % 20) * scale)
+        latency_log.save(folder / results.LATENCY_HLOG, [latency_log.figures(None)])
+    finally:
+        latency_log.reset()
+
+
+def test_each_step_gives_its_tail_beside_its_rate(run_copy):
+    """Stage 8's tail is 0.7 of stage 5's in every repeat while the box drifts: the
+    report gives p95, p99 and the ack p95 of each stage over the repeats, each step's
+    ratio of them with its interval and p, and where they come from."""
+    drift = (1.0, 1.3, 0.8)
+    with_repeats(run_copy, {"5": (700.0, 650.0, 720.0), "8": (1000.0, 900.0, 1050.0)})
+    for k, scale in enumerate(drift, start=1):
+        root = results.repeat_dir(run_copy, k)
+        write_hlog(results.stage_dir(root, stages.get("5")), scale)
+        write_hlog(results.stage_dir(root, stages.get("8")), 0.7 * scale)
+    report.write(run_copy)
+    text = (run_copy / "report.md").read_text()
+    lines = text.splitlines()
+    for label in ("p95", "p99", "ack p95"):
+        line = next(x for x in lines if x.startswith(f"- 5 -> 8 {label}: "))
+        assert re.match(rf"- 5 -> 8 {label}: 0\.70x \[0\.\d\d, 0\.\d\d\], p < 0\.001: "
+                        r"significant \(each repeat 0\.70, 0\.70, 0\.70\)", line), line
+    assert "| 05-upstream-keepalive | 3/3 |" in text
+    row = next(x for x in lines if x.startswith("| 08-todays-stack | 3/3 |"))
+    p95 = stats.interval([stats.percentile(latency_log.times_ms(
+        results.stage_dir(results.repeat_dir(run_copy, k), stages.get("8"))
+        / results.LATENCY_HLOG, metrics.http_tag), 0.95) for k in (1, 2, 3)])
+    assert f"| {p95['mean']:.1f} [{p95['low']:.1f}, {p95['high']:.1f}] |" in row, row
+    assert ("p95, p99 and ack p95 over the repeats from HdrHistogram, 3 digits (each run's "
+            "`latency.hlog`) in stage(s) 5, 8") in text
+    # without its .hlog a stage's tail is Locust's, and the report says so
+    for k in (1, 2, 3):
+        folder = results.stage_dir(results.repeat_dir(run_copy, k), stages.get("5"))
+        (folder / results.LATENCY_HLOG).unlink()
+    report.write(run_copy)
+    text = (run_copy / "report.md").read_text()
+    assert ("from Locust, 10 ms buckets to 1 s, 100 ms to 10 s (each run's `locust.json`) in "
+            "stage(s) 5") in text
+    assert "- 5 -> 8 p99: " in text
+
+
+INTERVAL = re.compile(r"\[(-?[\d.,]+), (-?[\d.,]+)\]")
+
+
+def test_no_interval_in_a_report_crosses_zero(run_copy):
+    """Three repeats as noisy as 0.07, 0.53, 1.0 (RPS, p95, CPU per request) and a floor
+    whose wall times are as noisy: every interval report.md prints (stages, steps, the
+    floor, each stage against it) lies above zero, where the raw t interval of each
+    would reach below it."""
+    noisy = (0.07, 0.53, 1.0)
+
+    def more(key: str, k: int) -> dict:
+        scale = noisy[k - 1]
+        return {"p95_ms": 100 * scale, "app_cpu_ms_per_request": 2 * scale,
+                "server_cpu_ms_per_request": 3 * scale}
+
+    with_repeats(run_copy, {"1": tuple(1000 * x for x in noisy),
+                            "2": tuple(900 * x for x in reversed(noisy))}, more)
+    types = {"me": 1, "friends": 2}
+    floor_data = {"stage": "8", "settings": {}, "cpus": {"app": "0", "redis": "1"},
+                  "seconds": 1.0, "weights": types, "git_commit": "x",
+                  "repeats": [{t: {"requests": 100, "app_cpu_ms": 0.4 * x,
+                                   "redis_cpu_ms": 0.1 * x, "wall_ms": x}
+                               for t in types} for x in noisy]}
+    results.write_json(run_copy / results.FLOOR_JSON, floor_data)
+    report.write(run_copy)
+    text = (run_copy / "report.md").read_text()
+    found = [(float(a.replace(",", "")), float(b.replace(",", "")))
+             for a, b in INTERVAL.findall(text)]
+    assert len(found) >= 10, text  # stages' RPS and p95, the steps, the floor's rows
+    assert all(0 < low <= high for low, high in found), found
 
 
 def test_write_some_stages_without_nginx(run_copy):
@@ -334,11 +468,11 @@ def test_reference_add_puts_a_runs_stages_beside_the_others(tmp_path, run_copy):
 def test_a_step_within_each_repeat_is_paired_by_repeat():
     """Stage b doubled a in every repeat, while both drifted together: the stages'
     intervals overlap, the step's own ratio does not hold 1."""
-    a = {"rps_by_repeat": {1: 200.0, 2: 400.0, 3: 300.0}}
-    b = {"rps_by_repeat": {1: 410.0, 2: 790.0, 3: 600.0, 4: 1.0}}  # 4: a missed it
+    a = {"by_repeat": {"rps": {1: 200.0, 2: 400.0, 3: 300.0}}}
+    b = {"by_repeat": {"rps": {1: 410.0, 2: 790.0, 3: 600.0, 4: 1.0}}}  # 4: a missed it
     ratios, test = repeats.paired(a, b)
     assert [round(r, 3) for r in ratios] == [2.05, 1.975, 2.0]
     assert test["n"] == 3 and 1.8 < test["low"] < 2.0 < test["high"] < 2.2
     assert test["significant"] and test["p"] < 0.01
-    spread, pool = (stats.interval(s["rps_by_repeat"].values()) for s in (a, b))
+    spread, pool = (stats.interval(s["by_repeat"]["rps"].values()) for s in (a, b))
     assert spread["high"] > pool["low"], "the stages' own intervals overlap"
