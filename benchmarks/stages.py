@@ -148,8 +148,8 @@ GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:
 # Stage 9: every HTTP route on granian, a Rust server, through its WSGI interface; its
 # options are its config, measured on the server's one core (granian/README.md: why).
 GRANIAN_TODAY = ("granian", "--interface", "wsgi", "--workers", "1",
-                 "--blocking-threads", "1", "--no-ws", "--host", "{app_host}",
-                 "--port", "{app_port}", "app.wsgi:app")
+                 "--blocking-threads", "1", "--no-ws", "--respawn-failed-workers",
+                 "--host", "{app_host}", "--port", "{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
                    "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling

@@ -153,6 +153,7 @@ class Load:
     master_host: str | None = None
     chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
     front: bool = False  # a proxy in front (its error log is watched)
+    down: Callable[[], str | None] = lambda: None  # Stack.down: a server that exited
 
 
 # nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
@@ -228,6 +229,8 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         started, last = time.monotonic(), 0.0
         while locust.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
+            if load.down():  # no figures from a stage whose server died
+                raise StageFailed(load.down())
             news = watch.news()
             if news:
                 say(f"  {time.monotonic() - started:5.0f} s  {news}")
@@ -315,7 +318,8 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 count_log=stage_dir / results.count_log(stage),
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
-                chat_settings=stage.chat_settings, front=bool(stage.front))
+                chat_settings=stage.chat_settings, front=bool(stage.front),
+                down=stack.down)
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
@@ -362,6 +366,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             elif stage.app_hosts > 1:
                 shown.phase("a Socket.IO message from one app host to the other")
                 probe_delivery(box, stage, stage_dir, users_file)
+            if stack.down():
+                raise StageFailed(stack.down())
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {

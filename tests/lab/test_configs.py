@@ -181,7 +181,8 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
 
 # Stage 9's HTTP server: what the measurements picked (granian/README.md), as granian's
 # parameters (the names its options bind to)
-GRANIAN = dict(interface="wsgi", workers=1, blocking_threads=1, websockets=False)
+GRANIAN = dict(interface="wsgi", workers=1, blocking_threads=1, websockets=False,
+               respawn_failed_workers=True)  # a killed worker comes back (test_crash.py)
 # granian's own option parser (click's), reading a command line as `granian` would, with
 # the environment's GRANIAN_* too; nothing is started
 GRANIAN_READS = """

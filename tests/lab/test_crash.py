@@ -1,0 +1,104 @@
+"""A server that dies is said, not served (issue 43, part 1).
+
+Stage 9's granian runs with --respawn-failed-workers: a killed worker is replaced. Its
+own guard stays: a worker that dies again within 5.5 s of being respawned makes granian
+exit ("Worker crash loop detected"). Then the stage is down, and `lab up` says so and
+stops instead of announcing a stage that answers nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+import psutil
+import pytest
+from conftest import ctrl_c, read_until
+from test_lab import leftovers, start_lab
+
+from benchmarks import stages
+from benchmarks.run.stack import Stack
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def wait_until(what, seconds: float) -> float:
+    """Seconds until `what()` is true; AssertionError after `seconds`."""
+    start = time.monotonic()
+    while not what():
+        assert time.monotonic() - start < seconds, f"not within {seconds} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def granian(lab_pid: int) -> psutil.Process:
+    """The granian main process a lab started (its child, in host mode)."""
+    (main,) = [p for p in psutil.Process(lab_pid).children()
+               if "granian" in " ".join(p.cmdline()[:2])]
+    return main
+
+
+@pytest.mark.slow
+def test_granian_replaces_a_killed_worker_and_lab_up_says_when_it_gives_up(tmp_path):
+    results = tmp_path / "results"
+    up = start_lab("up", "9", "--sandbox", "host", "--results", str(results),
+                   "--ui-port", "0")
+    try:
+        seen = read_until(up, "Ctrl-C stops it")
+        assert "Ctrl-C stops it" in seen, seen
+        state = json.loads((results / "up.json").read_text())
+        health = f"http://127.0.0.1:{state['hosts']['app']['port']}/healthz"
+        main = granian(up.pid)
+        (worker,) = main.children()
+        os.kill(worker.pid, signal.SIGKILL)
+        wait_until(lambda: main.children() and main.children()[0].pid != worker.pid, 10)
+        wait_until(lambda: answers(health), 10)  # a new worker serves
+        assert up.poll() is None
+        # killed again within 5.5 s of its respawn: granian takes it for a crash loop
+        # and exits; `lab up` notices within its second
+        os.kill(main.children()[0].pid, signal.SIGKILL)
+        rest = up.communicate(timeout=30)[0]
+    finally:
+        if up.poll() is None:
+            rest = ctrl_c(up)
+    assert up.returncode == 1, rest
+    assert "lab: granian (stage 9's app server) exited (code " in rest, rest
+    assert "): the stage is down; see " in rest, rest
+    assert "Worker crash loop detected" in (results / "up" / "09-rust-http-server" /
+                                           "app.log").read_text()
+    assert leftovers(up.pid) == []
+    assert not (results / "up.json").exists()
+
+
+def test_down_names_the_first_server_that_exited_and_how(tmp_path):
+    """Stack.down, which `lab up` asks each second and `lab run` while it measures."""
+    stack = Stack(stages.get("9"), None, tmp_path)
+    started = {"redis": ["sleep", "30"], "app": ["sleep", "30"],
+               "app_socketio": ["sh", "-c", "exit 3"]}
+    for name, cmd in started.items():
+        stack.procs[name] = subprocess.Popen(cmd)
+        stack.roles[name], stack.programs[name] = "app", cmd[0]
+    try:
+        stack.procs["app_socketio"].wait(timeout=10)
+        assert stack.down() == ("sh (stage 9's Socket.IO server) exited (code 3): the stage "
+                                f"is down; see {tmp_path / 'app_socketio.log'}")
+        del stack.procs["app_socketio"]
+        assert stack.down() is None
+        stack.procs["app"].kill()
+        stack.procs["app"].wait(timeout=10)
+        assert stack.down().startswith("sleep (stage 9's app server) exited (killed by "
+                                       "SIGKILL)")
+    finally:
+        for proc in stack.procs.values():
+            proc.kill()
+            proc.wait(timeout=10)
