@@ -290,10 +290,11 @@ def reach_master(host: str, port: int, seconds: float) -> None:
 def cmd_list(args) -> int:
     say("sets, for make lab STAGES=NAME (a set of twins runs with the base stages they are "
         "measured against):")
+    keys = {name: ",".join(s.key for s in stages.select(name)) for name in stages.SETS}
+    width = max(len(k) for k in keys.values())
     for named in stages.SETS.values():
-        keys = ",".join(s.key for s in stages.select(named.name))
-        say(f"  {named.name:<10} {keys:<22} {named.about} ({named.lab})")
-    say(f"  {stages.EVERYTHING:<10} {'every stage':<22} all of the above")
+        say(f"  {named.name:<10} {keys[named.name]:<{width}} {named.about} ({named.lab})")
+    say(f"  {stages.EVERYTHING:<10} {'every stage':<{width}} all of the above")
     for named in stages.SETS.values():
         say(f"{named.name}: make lab STAGES={named.name} ({named.lab})")
         for s in (s for s in stages.STAGES if s.set_name == named.name):

@@ -28,7 +28,17 @@ from benchmarks.analysis import access_logs, metrics
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
-from benchmarks.run import cli, environment, fitting, locust_cli, open_model, progress, results, slo
+from benchmarks.run import (
+    cli,
+    crash,
+    environment,
+    fitting,
+    locust_cli,
+    open_model,
+    progress,
+    results,
+    slo,
+)
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
@@ -322,6 +332,20 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 down=stack.down)
 
 
+def after_the_window(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path,
+                     users_file: Path, shown: progress.Progress) -> None:
+    """After the measured window: a message across the servers or app hosts
+    (delivery.json), and StageFailed if a server has died meanwhile (Stack.down)."""
+    if stage.socketio_server:
+        shown.phase("a message posted over HTTP, to a websocket on the other server")
+        probe_delivery(box, stage, stage_dir, users_file)
+    elif stage.app_hosts > 1:
+        shown.phase("a Socket.IO message from one app host to the other")
+        probe_delivery(box, stage, stage_dir, users_file)
+    if stack.down():
+        raise StageFailed(stack.down())
+
+
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
               shown: progress.Progress | None = None,
               screenshot: Screenshot | None = None) -> dict:
@@ -356,18 +380,15 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
+            crashing = (crash.start(box, stack, stage_dir, users_file, opts.duration)
+                        if crash.wanted(stage) else None)
             count_from = profiled(load, stage_dir, users_file, opts, classes)
+            if crashing:
+                say(f"  {crash.finish(crashing, stage_dir, opts.duration)}")
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
-            if stage.socketio_server:
-                shown.phase("a message posted over HTTP, to a websocket on the other server")
-                probe_delivery(box, stage, stage_dir, users_file)
-            elif stage.app_hosts > 1:
-                shown.phase("a Socket.IO message from one app host to the other")
-                probe_delivery(box, stage, stage_dir, users_file)
-            if stack.down():
-                raise StageFailed(stack.down())
+            after_the_window(stage, box, stack, stage_dir, users_file, shown)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -102,3 +103,46 @@ def test_down_names_the_first_server_that_exited_and_how(tmp_path):
         for proc in stack.procs.values():
             proc.kill()
             proc.wait(timeout=10)
+
+
+# The crash twins alone (their checks are the client's view of the crash, not a
+# comparison with their base stages, so the lab's rule that a twin runs beside its base
+# is left out here to keep the suite short): the runner's own run_stages, in a process
+# of its own, as `lab run` would call it.
+RUN_TWINS = """
+import sys
+from pathlib import Path
+from benchmarks import stages
+from benchmarks.run import options, runner
+opts = options.RunOptions(stages=tuple(map(stages.get, sys.argv[2].split(","))),
+                          duration=6, warmup=0, users=20, sandbox="netns", profile=False,
+                          results=Path(sys.argv[1]))
+done, failed = runner.run_stages(opts, Path(sys.argv[1]))
+sys.exit(1 if failed else 0)
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_crash_twins_come_back_with_nothing_acknowledged_lost(tmp_path):
+    """8k and 9k under load: a worker of each server killed 2 s into the window; HTTP
+    and Socket.IO answer again within the stated time, and every message answered 201
+    reaches the room's member (benchmarks/run/crash.py)."""
+    run = subprocess.run([sys.executable, "-c", RUN_TWINS, str(tmp_path), "8k,9k"],
+                         cwd=stages.ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for key in ("8k", "9k"):
+        folder = tmp_path / stages.get(key).dirname
+        probe = json.loads((folder / "crash.json").read_text())
+        assert len(probe["killed_workers"]) == len(stages.get(key).commands()), probe
+        assert probe["acked"] > 0 and probe["acked_lost"] == 0, probe
+        checks = json.loads((folder / "checks.json").read_text())
+        assert [c["name"] for c in checks] == [
+            "crash_http_recovery_s", "crash_socketio_recovery_s", "crash_acked_lost"]
+        assert all(c["passed"] for c in checks), checks
+    # granian's worker is its listener too (SO_REUSEPORT, one socket a worker): while
+    # it is dead, Nginx's connects are refused; gunicorn's master keeps the listener
+    refused = (tmp_path / stages.get("9k").dirname / "nginx" / "error.log").read_text()
+    assert "(111: Connection refused) while connecting to upstream" in refused
+    kept = (tmp_path / stages.get("8k").dirname / "nginx" / "error.log").read_text()
+    assert "(111: Connection refused)" not in kept

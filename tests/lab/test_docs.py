@@ -111,6 +111,7 @@ RULES = [
          "a busy neighbour on a core for 100 s (lab 00): it would slow the suite"),
     # reading
     Rule(r"\w+=\$\(", PARSE, "finds a process that another terminal runs"),
+    Rule(r"pkill -9 -P \$\(pgrep ", PARSE, "kills a worker of a stage another terminal runs"),
     Rule(r"(ls|cat|grep|head|tail|sed -n)\b.*(/proc/\$|\bresults/)", PARSE,
          "reads a process another terminal runs, or what a lab run wrote"),
     Rule(r"(ls|cat|grep|head|tail) [^>]*$", RUN, "reads /proc, /etc or the repository"),
