@@ -82,7 +82,7 @@ RULES = [
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
-    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission)\b", PARSE,
+    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission|slow_call)\b", PARSE,
          "minutes of load on root network namespaces"),
     Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
          "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
