@@ -3,7 +3,8 @@
     python -m benchmarks.lab run [--stages main] [--duration 30] [--users 50]
     python -m benchmarks.lab book              # the book's benchmark, beside its figures
     python -m benchmarks.lab up STAGE          # one stage, until Ctrl-C, with Locust's web
-                                               # UI at http://127.0.0.1:8089 (--ui-port)
+                                               # UI at http://127.0.0.1:8089 (--ui-port);
+                                               # a server that exits ends it (exit 1)
     python -m benchmarks.lab exec -- CMD ...   # a command inside the running stage
     python -m benchmarks.lab worker --master-host HOST   # a Locust worker for a master
                                                # on another machine (`run`, `up`)
@@ -167,8 +168,11 @@ def cmd_up(args) -> int:
         try:
             say_up(stage, box, stack, ui_url, ui_port, ui_address)
             say("  Ctrl-C stops it")
-            while True:
-                time.sleep(3600)
+            # a stage whose server died is not served on: say which, and stop
+            while (down := stack.down()) is None:
+                time.sleep(1)
+            say(f"lab: {down}")
+            return 1
         finally:
             state.unlink(missing_ok=True)
     return 0
@@ -287,10 +291,11 @@ def reach_master(host: str, port: int, seconds: float) -> None:
 def cmd_list(args) -> int:
     say("sets, for make lab STAGES=NAME (a set of twins runs with the base stages they are "
         "measured against):")
+    keys = {name: ",".join(s.key for s in stages.select(name)) for name in stages.SETS}
+    width = max(len(k) for k in keys.values())
     for named in stages.SETS.values():
-        keys = ",".join(s.key for s in stages.select(named.name))
-        say(f"  {named.name:<10} {keys:<22} {named.about} ({named.lab})")
-    say(f"  {stages.EVERYTHING:<10} {'every stage':<22} all of the above")
+        say(f"  {named.name:<10} {keys[named.name]:<{width}} {named.about} ({named.lab})")
+    say(f"  {stages.EVERYTHING:<10} {'every stage':<{width}} all of the above")
     for named in stages.SETS.values():
         say(f"{named.name}: make lab STAGES={named.name} ({named.lab})")
         for s in (s for s in stages.STAGES if s.set_name == named.name):
@@ -421,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_sandbox_options(bk)
     bk.set_defaults(func=cmd_book)
 
-    up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C")
+    up = sub.add_parser("up", help="start one stage and keep it up until Ctrl-C "
+                                   "(or until one of its servers exits)")
     up.add_argument("stage", help="key or slug, e.g. 0 or builtin")
     up.add_argument("--ui-port", type=int, default=web_ui.UI_PORT,
                     help="the machine's port for Locust's web UI (default 8089)")

@@ -5,13 +5,8 @@ Everything else reads this module: the lab runner (`python -m benchmarks.lab`),
 address) is data here too. A stage says which server runs the app, how the
 app reaches Redis, what (if anything) stands in front, which sysctl profiles
 its connecting hosts get, which Locust users load it, and what the attendee
-should see, as checks with thresholds.
-
-Metrics the checks name are computed by `benchmarks/analysis/metrics.py`; the
-`*_per_request` ones are TIME_WAIT sockets made while the load ran, per
-request of the last minute (TIME_WAIT lasts 60 s), so ~1 means "one
-connection opened and closed per request" and ~0 means "connections are
-reused".
+should see, as checks with thresholds (benchmarks/checks.py: each with its reason,
+and how its metric reads).
 """
 
 from __future__ import annotations
@@ -44,6 +39,7 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     PORTS_EXHAUSTED,
     POST_502,
     RACED,
+    RECOVERED,
     REDIS_CHURN,
     REDIS_OPEN,
     REDIS_REUSED,
@@ -122,7 +118,6 @@ ENVIRONMENTS = {e.name: e for e in (
 )}
 
 
-
 def worker_environment(worker_class: str) -> str:
     """The environment whose gunicorn has this worker class: eventlet's is only in the
     old gunicorn; sync, gthread and gevent are in today's."""
@@ -145,11 +140,10 @@ GUNICORN_GTHREAD = ("gunicorn", "-c", "gunicorn/gthread.conf.py", "-b", "{app_ho
 # Stage 8, today's stack: the worker and settings the measurements picked (lab 13).
 GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:{app_port}",
                   "app.wsgi:app")
-# Stage 9: every HTTP route on granian, a Rust server, through its WSGI interface; its
-# options are its config, measured on the server's one core (granian/README.md: why).
+# Stage 9: every HTTP route on granian (Rust, WSGI); its options, and why: granian/README.md.
 GRANIAN_TODAY = ("granian", "--interface", "wsgi", "--workers", "1",
-                 "--blocking-threads", "1", "--no-ws", "--host", "{app_host}",
-                 "--port", "{app_port}", "app.wsgi:app")
+                 "--blocking-threads", "1", "--no-ws", "--respawn-failed-workers",
+                 "--host", "{app_host}", "--port", "{app_port}", "app.wsgi:app")
 GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
                    "app.wsgi:app")
 # One worker: gunicorn hands each request to any of its workers, so a long-polling
@@ -493,6 +487,14 @@ STAGES: tuple[Stage, ...] = (
           see="users that pause leave Nginx's connections idle until gunicorn closes them, "
               "sometimes under a request: POSTs answered 502",
           twin_of="5", set_name="failures"),
+    Stage(key="8k", slug="worker-killed", title="stage 8, its worker killed under load",
+          server=GUNICORN_TODAY, redis_mode="pool", front="conf.d/upstream-keepalive.conf",
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, env=TODAY, checks=RECOVERED,
+          twin_of="8", set_name="failures", see="gunicorn's master starts a new worker; none lost"),
+    Stage(key="9k", slug="workers-killed", title="stage 9, a worker of each server killed",
+          server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool", env=SPLIT,
+          front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"), twin_of="9",
+          users=ASYNC_USERS, checks=RECOVERED, set_name="failures", see="each server replaces it"),
 )
 MAIN = tuple(s for s in STAGES if s.set_name == "main")  # `main`: what `make lab` runs
 FAILURES = tuple(s for s in STAGES if s.failure)  # `failures`, with their base stages

@@ -11,25 +11,69 @@
 # The lab also passes its access log in GUNICORN_CMD_ARGS
 # (benchmarks/run/runner.py), which gunicorn reads after this file.
 
+import math
 import os
+import pathlib
 
 # `-k gevent`: each connection a greenlet, so a websocket costs a greenlet, not
 # a thread (compare gunicorn/gthread.conf.py). The worker monkey-patches the
 # standard library before the app is imported; the app states the matching
 # Socket.IO mode (FLASK_SOCKETIO_ASYNC_MODE=gevent in the stage).
 worker_class = "gevent"
-# One process per CPU the server may run on: in the lab the server roles share one
-# core (CPU 1), so one worker, whose greenlets serve every connection. With four
-# processes on that core, 42% of the server's samples ended inside a socket send;
-# with one, about 20%, and the server's CPU per request fell from 1.05 to about
-# 0.88 ms (lab 13). On a server with more cores this gives one worker per core;
+
+
+def _quota_cpus(quota: str, period: str) -> int | None:
+    """CPUs a CFS quota lets the cgroup use, rounded up (a quota of 1.5 CPUs can keep
+    2 workers busy part of the time); None when there is no quota ("max" in cgroup v2,
+    -1 in v1)."""
+    if quota in ("max", "-1"):
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+def _cpus(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup") -> int:
+    """The CPUs this process may really use: its affinity, capped by the CPU quota of its
+    cgroup and of every cgroup above it (`docker run --cpus=1` and a Kubernetes CPU
+    limit set one; affinity alone would count every CPU of the host). cgroup v2: the
+    `0::/path` line of /proc/self/cgroup, file cpu.max ("QUOTA PERIOD"); v1: the line
+    naming the cpu controller, files cpu.cfs_quota_us and cpu.cfs_period_us."""
+    cpus = len(os.sched_getaffinity(0))
+    for line in pathlib.Path(proc_cgroup).read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            tree, files = pathlib.Path(root), ["cpu.max"]
+        elif "cpu" in controllers.split(","):
+            tree = pathlib.Path(root, controllers)
+            files = ["cpu.cfs_quota_us", "cpu.cfs_period_us"]
+        else:
+            continue
+        # from the cgroup up to the tree's root: in a container the tree's root is
+        # often the container's own cgroup, and the path above does not exist there
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):
+            folder = tree.joinpath(*parts[:depth])
+            try:
+                text = " ".join((folder / f).read_text() for f in files)
+            except OSError:  # no such cgroup here, or no cpu controller in it
+                continue
+            cpus = min(cpus, _quota_cpus(*text.split()) or cpus)
+    return cpus
+
+
+# One process per CPU the server may run on (_cpus above: its affinity and its
+# cgroup's CPU quota): in the lab the server roles share one core (CPU 1), so one
+# worker, whose greenlets serve every connection. With four processes on that
+# core, 42% of the server's samples ended inside a socket send; with one, about
+# 20%, and the server's CPU per request fell from 1.05 to about 0.88 ms (lab 13).
+# On a server with more cores this gives one worker per core, and in a container
+# limited to N CPUs (`docker run --cpus=N`, a Kubernetes CPU limit) N workers;
 # gunicorn's master restarts a worker that dies. Several workers and Socket.IO:
 # Flask-SocketIO then needs a message queue (the app's FLASK_SOCKETIO_MESSAGE_QUEUE)
 # and websocket-only clients or sticky sessions, or a long-polling client's next
 # request reaches a worker that does not hold its session (lab 13's migration).
 # Each worker holds at most worker_connections connections (gunicorn's default,
 # 1,000, kept here): raise it, with the file-descriptor limit, for more websockets.
-workers = len(os.sched_getaffinity(0))
+workers = _cpus()
 # As the other keep-alive stages (the book's `--keep-alive 10`), longer than
 # Nginx's 5 s, so that Nginx, not gunicorn, closes an idle upstream connection.
 keepalive = 10

@@ -20,7 +20,7 @@ from benchmarks.analysis import stats
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets, threads
-from benchmarks.run import open_model, results
+from benchmarks.run import crash, open_model, results
 from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
@@ -216,6 +216,8 @@ CATALOGUE: dict[str, Metric] = {
                                "Socket.IO requests the app hosts answered 400 while measured: "
                                "a poll for a session another host (or worker) holds"),
 }
+CATALOGUE.update({name: Metric(results.CRASH_JSON, meaning)  # the crash twins (8k, 9k)
+                  for name, meaning in crash.METRICS.items()})
 
 
 def locust_totals(stage_dir: Path) -> dict:
@@ -420,6 +422,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     verify = results.read_json(stage_dir / results.VERIFY_JSON)
     m["server_keepalive"] = verify.get("server_keepalive")
     m.update(scale_out(stage_dir))
+    m.update(crash.metrics(stage_dir))
     return m
 
 

@@ -34,6 +34,8 @@
           nginx/error.log                Nginx's error log (stages with a front)
           nginx/errors.json              counts of the errors the checks read from it
           metrics.json  checks.json      the numbers and the verdicts
+          crash.json  crash.log          the crash twins (8k, 9k): what the client saw of a
+                                         killed worker (benchmarks/run/crash.py)
           sockets.json                   the classes and port ranges the Sockets tab reads
           sockets-tab.png                the Sockets tab over the stage's capture (stage_shot.py)
           profile.folded                 py-spy's samples of the (first) app host's server (stage
@@ -91,6 +93,7 @@ NGINX_ERRORS = "nginx/errors.json"
 NGINX_ACCESS_LOG = "nginx/access.log"
 APP_ACCESS_LOG = "access.log"
 DELIVERY_JSON = "delivery.json"  # benchmarks/run/delivery.py's probe, stages with two app hosts
+CRASH_JSON = "crash.json"  # benchmarks/run/crash.py's probe, the crash twins (8k, 9k)
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
 SESSIONS_JSON = "sessions.json"  # the Socket.IO sessions (benchmarks/chat.py, SESSIONS)

@@ -29,7 +29,17 @@ from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
 from benchmarks.profile import threads
-from benchmarks.run import cli, environment, fitting, locust_cli, open_model, progress, results, slo
+from benchmarks.run import (
+    cli,
+    crash,
+    environment,
+    fitting,
+    locust_cli,
+    open_model,
+    progress,
+    results,
+    slo,
+)
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
@@ -154,6 +164,7 @@ class Load:
     master_host: str | None = None
     chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
     front: bool = False  # a proxy in front (its error log is watched)
+    down: Callable[[], str | None] = lambda: None  # Stack.down: a server that exited
 
 
 # nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
@@ -229,6 +240,8 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         started, last = time.monotonic(), 0.0
         while locust.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
+            if load.down():  # no figures from a stage whose server died
+                raise StageFailed(load.down())
             news = watch.news()
             if news:
                 say(f"  {time.monotonic() - started:5.0f} s  {news}")
@@ -316,7 +329,22 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 count_log=stage_dir / results.count_log(stage),
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
-                chat_settings=stage.chat_settings, front=bool(stage.front))
+                chat_settings=stage.chat_settings, front=bool(stage.front),
+                down=stack.down)
+
+
+def after_the_window(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path,
+                     users_file: Path, shown: progress.Progress) -> None:
+    """After the measured window: a message across the servers or app hosts
+    (delivery.json), and StageFailed if a server has died meanwhile (Stack.down)."""
+    if stage.socketio_server:
+        shown.phase("a message posted over HTTP, to a websocket on the other server")
+        probe_delivery(box, stage, stage_dir, users_file)
+    elif stage.app_hosts > 1:
+        shown.phase("a Socket.IO message from one app host to the other")
+        probe_delivery(box, stage, stage_dir, users_file)
+    if stack.down():
+        raise StageFailed(stack.down())
 
 
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
@@ -353,16 +381,15 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
+            crashing = (crash.start(box, stack, stage_dir, users_file, opts.duration)
+                        if crash.wanted(stage) else None)
             count_from = profiled(load, stage_dir, users_file, opts, classes)
+            if crashing:
+                say(f"  {crash.finish(crashing, stage_dir, opts.duration)}")
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
-            if stage.socketio_server:
-                shown.phase("a message posted over HTTP, to a websocket on the other server")
-                probe_delivery(box, stage, stage_dir, users_file)
-            elif stage.app_hosts > 1:
-                shown.phase("a Socket.IO message from one app host to the other")
-                probe_delivery(box, stage, stage_dir, users_file)
+            after_the_window(stage, box, stack, stage_dir, users_file, shown)
         finally:
             stack.stop()  # Nginx writes out its buffered access log as it stops
     results.write_json(stage_dir / results.COUNT_JSON, {

@@ -27,6 +27,7 @@ class Stack:
         self.stage, self.box, self.dir = stage, box, stage_dir
         self.procs: dict[str, subprocess.Popen] = {}
         self.roles: dict[str, str] = {}  # process name -> its host's role
+        self.programs: dict[str, str] = {}  # process name -> its program (granian, nginx)
         self.secret = secrets.token_hex(16)
 
     @property
@@ -67,6 +68,7 @@ class Stack:
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or procs.child_env(), cwd=ROOT)
         self.procs[name], self.roles[name] = proc, role
+        self.programs[name] = Path(cmd[0]).name
         try:
             procs.wait_for_port(port or self.box.port(role), host=self.box.address(role),
                                 proc=proc, timeout=30, netns=self.box.namespace(role))
@@ -126,6 +128,29 @@ class Stack:
         if code != 0:
             raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
                               f"see {self.dir / 'app.log'}")
+
+    def down(self) -> str | None:
+        """What says the stage is down: the first of its servers that has exited (a
+        master, say granian's after its worker died, or gunicorn's), or None while every
+        one runs. The lab started each as the process it watches (`ip netns exec` and
+        `taskset` become the program)."""
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            if code is not None:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"code {code}"
+                return (f"{self.programs[name]} (stage {self.stage.key}'s {self._part(name)}) "
+                        f"exited ({how}): the stage is down; see {self.dir / f'{name}.log'}")
+        return None
+
+    def _part(self, name: str) -> str:
+        """What process `name` is to its stage: its Redis, app server, Socket.IO server,
+        front."""
+        host = f" on {self.roles[name]}" if len(self.stage.app_roles) > 1 else ""
+        if name in self.stage.app_roles:
+            return f"app server{host}"
+        if name in map(socketio_name, self.stage.app_roles):
+            return f"Socket.IO server{host}"
+        return {"redis": "Redis", "nginx": "front (Nginx)"}.get(name, name)
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items()}

@@ -49,8 +49,10 @@ SETTINGS = {
     "gunicorn/gthread.conf.py": dict(worker_class="gthread", workers=4, threads=16,
                                      worker_connections=1000, keepalive=10),
     # stage 8: what the measurements picked (lab 13): a worker per CPU it may run on
+    # (its affinity, capped by its cgroup's quota: test_cpu_quota.py runs it in one)
     "gunicorn/today.conf.py": dict(worker_class="gevent",
-                                   workers=len(os.sched_getaffinity(0)), keepalive=10),
+                                   workers=runpy.run_path(str(ROOT / "gunicorn/today.conf.py"))[
+                                       "_cpus"](), keepalive=10),
     "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
                                                  keepalive=10),
     # the failure twin 2b: stage 2's settings and an accept queue of 16
@@ -179,7 +181,8 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
 
 # Stage 9's HTTP server: what the measurements picked (granian/README.md), as granian's
 # parameters (the names its options bind to)
-GRANIAN = dict(interface="wsgi", workers=1, blocking_threads=1, websockets=False)
+GRANIAN = dict(interface="wsgi", workers=1, blocking_threads=1, websockets=False,
+               respawn_failed_workers=True)  # a killed worker comes back (test_crash.py)
 # granian's own option parser (click's), reading a command line as `granian` would, with
 # the environment's GRANIAN_* too; nothing is started
 GRANIAN_READS = """
@@ -224,8 +227,9 @@ def test_gunicorn_files_set_only_real_settings_and_say_how_to_run(path):
     word), so every name a file sets must be a setting; and the file's values are the
     ones gunicorn reads in the test above."""
     text = (ROOT / path).read_text()
+    # a name with a leading underscore is the file's own helper (today.conf.py's _cpus)
     names = {k: v for k, v in runpy.run_path(str(ROOT / path)).items()
-             if not k.startswith("__") and not isinstance(v, ModuleType)}
+             if not k.startswith("_") and not isinstance(v, ModuleType)}
     known = gunicorn.config.Config().settings
     assert sorted(set(names) - set(known)) == [], f"{path}: not gunicorn settings"
     values = {k: v for k, v in names.items() if not callable(v)}  # hooks are settings too

@@ -82,7 +82,7 @@ RULES = [
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
-    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission)\b", PARSE,
+    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission|slow_call)\b", PARSE,
          "minutes of load on root network namespaces"),
     Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
          "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
@@ -111,6 +111,7 @@ RULES = [
          "a busy neighbour on a core for 100 s (lab 00): it would slow the suite"),
     # reading
     Rule(r"\w+=\$\(", PARSE, "finds a process that another terminal runs"),
+    Rule(r"pkill -9 -P \$\(pgrep ", PARSE, "kills a worker of a stage another terminal runs"),
     Rule(r"(ls|cat|grep|head|tail|sed -n)\b.*(/proc/\$|\bresults/)", PARSE,
          "reads a process another terminal runs, or what a lab run wrote"),
     Rule(r"(ls|cat|grep|head|tail) [^>]*$", RUN, "reads /proc, /etc or the repository"),

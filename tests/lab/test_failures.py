@@ -40,8 +40,11 @@ def test_sets_main_line_twins_with_their_bases_and_everything():
 def test_each_failure_twin_fails_where_its_base_stage_does_not(tmp_path):
     # short: the lab fits 0t's TIME_WAIT cap to the warm-up's rate (fitting.py), 2b's
     # queue of 16 and 5w's 32 connections overflow from the first second of load, 5k's
-    # bursts come every second
-    result = lab("run", "--stages", "failures", "--duration", "6", "--warmup", "2",
+    # bursts come every second. The crash twins (8k, 9k) and their bases are left out:
+    # tests/lab/test_crash.py runs the twins, whose checks need no base stage
+    crash = {"8", "8k", "9", "9k"}
+    keys = ",".join(s.key for s in stages.select("failures") if s.key not in crash)
+    result = lab("run", "--stages", keys, "--duration", "6", "--warmup", "2",
                  "--no-screenshots", "--strict", "--results", str(tmp_path), timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.name[:1].isdigit())
