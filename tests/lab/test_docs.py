@@ -103,6 +103,9 @@ RULES = [
     Rule(r"(gzip|gunzip) ", PARSE, "packs or unpacks an image made before"),
     Rule(r"(docker|podman|limactl|multipass) ", PARSE,
          "the attendee's laptop: a container or a VM (make image-test tries the image here)"),
+    Rule(r"apt-get update && apt-get install -y [a-z0-9 .-]+$", PARSE,
+         "installs system packages (a new WSL Debian's first step)"),
+    Rule(r"git clone \S+ /lab && cd /lab$", PARSE, "clones the room's repository"),
     Rule(r"mkdir -p results$", PARSE, "the folder a container's results are mounted from"),
     Rule(r"(sudo )?sysctl -w ", PARSE, "would change the machine's sysctls"),
     Rule(r"sysctl (-n )?[a-z][\w.]*( [a-z][\w.]*)*$", RUN, "reads sysctls (`=` would write)"),
@@ -448,6 +451,9 @@ def test_bash_blocks_paste_as_one_unit(path):
 # --- every command of every ```bash block: classified by RULES, then run or parsed ---
 
 COMMAND_FENCES, OUTPUT_FENCES = ("bash",), ("text",)
+# what a Windows attendee types into PowerShell (docs/laptops.md): checked on their own
+POWERSHELL_FENCES = ("powershell",)
+POWERSHELL_TOOLS = ("wsl", "docker", "multipass")
 LOCUST_ARGV = Path(__file__).with_name("locust_argv.py")  # Locust's parser, in its own process
 RUN_TIMEOUT = 60  # seconds, per RUN command
 PREFIX = re.compile(r"^(?:time\s+|[A-Z_][A-Z0-9_]*=[^\s$'\"]*\s+)*")  # time, VAR=value
@@ -542,7 +548,7 @@ def doc_commands(path: Path) -> list[Command]:
 def unlabelled_fences(path: Path) -> list[str]:
     """Blocks that do not say whether they hold commands or output."""
     return [f"{rel(path)}:{n}: ```{lang}" for n, lang, _ in fenced_blocks(path)
-            if lang not in COMMAND_FENCES + OUTPUT_FENCES]
+            if lang not in COMMAND_FENCES + OUTPUT_FENCES + POWERSHELL_FENCES]
 
 
 def classify(command: Command) -> Rule | None:
@@ -819,6 +825,23 @@ def test_fences_are_commands_or_output(path):
         f"label these ```bash (commands) or ```text (output): {unlabelled_fences(path)}")
 
 
+def test_powershell_blocks_paste_into_powershell():
+    """One command a line (PowerShell's continuation is a backtick, not `\\`), only the
+    Windows tools the pages name, and no cmd-only or bash-only syntax."""
+    found = 0
+    for path in docs():
+        for n, lang, lines in fenced_blocks(path):
+            if lang not in POWERSHELL_FENCES:
+                continue
+            for line in filter(str.strip, lines):
+                found += 1
+                where = f"{rel(path)}:{n}: {line}"
+                assert line.split()[0] in POWERSHELL_TOOLS, where
+                assert not line.rstrip().endswith(("\\", "`")), where
+                assert "$PWD/" not in line and "%CD%" not in line, where   # ${PWD}/ is PowerShell's
+    assert found >= 3
+
+
 @pytest.mark.parametrize("command", [pytest.param(c, id=c.where) for c in COMMANDS])
 def test_command_is_classified_and_parses(command, refused_by_locust):
     why = problem(command, refused_by_locust)
@@ -878,11 +901,12 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
 
 
 def test_docs_name_every_package_make_setup_installs():
-    """README and lab 00 list what `make setup` installs: the Makefile's SYSTEM_TOOLS."""
-    line = next(ln for ln in (ROOT / "Makefile").read_text().splitlines()
-                if ln.startswith("SYSTEM_TOOLS :="))
-    packages = [pair.split(":")[1] for pair in line.split(":=", 1)[1].split()]
-    assert len(packages) >= 10, packages
+    """README and lab 00 list what `make setup` installs: the Makefile's SYSTEM_TOOLS and
+    BROWSER_TOOLS."""
+    lines = [ln for ln in (ROOT / "Makefile").read_text().splitlines()
+             if ln.startswith(("SYSTEM_TOOLS :=", "BROWSER_TOOLS :="))]
+    packages = [pair.split(":")[1] for ln in lines for pair in ln.split(":=", 1)[1].split()]
+    assert len(lines) == 2 and len(packages) >= 10, packages
     for path in (ROOT / "README.md", EXERCISES / "00-setup.md"):
         text = path.read_text()
         missing = [p for p in packages if f"`{p}`" not in text]
