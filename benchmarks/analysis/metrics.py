@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import latency_log
-from benchmarks.analysis import stats
+from benchmarks.analysis import stats, window
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets
@@ -64,10 +64,12 @@ _PERCENTILES = f"{_LOCUST}; the open model's: {results.LATENCY_HLOG}'s (open_mod
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
 _LOCUST_SESSION = f"{results.SESSIONS_JSON} (chat.py's SESSIONS, every worker's added up)"
 _SAMPLER = results.SAMPLER_CSV
+_WINDOW = f"{results.LOCUST_JSON} num_reqs_per_sec over {_SAMPLER}'s rows (window.py)"
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
 _PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of the last "
-                f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections")
+                f"{TIME_WAIT_SECONDS} s, both in the sampler's window: ~1 a connection per "
+                "request, ~0 reused connections")
 
 
 def class_metrics(cls: str) -> dict[str, Metric]:
@@ -77,7 +79,7 @@ def class_metrics(cls: str) -> dict[str, Metric]:
             f"tw_{cls}_server_peak": Metric(f"{_SAMPLER} tw_{cls}_server", _SERVER_SIDE),
             f"estab_{cls}_peak": Metric(f"{_SAMPLER} estab_{cls}",
                                         "most ESTABLISHED connections"),
-            f"tw_{cls}_per_request": Metric(f"{_SAMPLER} tw_{cls}, {_LOCUST}", _PER_REQUEST)}
+            f"tw_{cls}_per_request": Metric(f"{_SAMPLER} tw_{cls}, {_WINDOW}", _PER_REQUEST)}
 
 
 CATALOGUE: dict[str, Metric] = {
@@ -150,11 +152,11 @@ CATALOGUE: dict[str, Metric] = {
                            "every connection dropped at a listener (ListenDrops), every host's"),
     "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
     "app_cpu_ms_per_request": Metric(
-        f"{_SAMPLER} cpu_app (and cpu_app2), rps",
-        "the app servers' CPU (their mean over the run) per answered request, ms"),
+        f"{_SAMPLER} cpu_app (and cpu_app2), {_WINDOW}",
+        "the app servers' CPU per answered request over the sampler's window, ms"),
     "server_cpu_ms_per_request": Metric(
-        f"{_SAMPLER} cpu_* of the server roles (app, Nginx, Redis), rps",
-        "every server role's CPU (its mean over the run) per answered request, ms"),
+        f"{_SAMPLER} cpu_* of the server roles (app, Nginx, Redis), {_WINDOW}",
+        "every server role's CPU per answered request over the sampler's window, ms"),
     **{f"cpu_share_{bucket}": Metric(
         results.PROFILE_STACKS,
         f"the share of the first app host's profiled CPU samples in {what} "
@@ -364,8 +366,10 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     peaks = csvfile.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
-    # one at the peak (those of the last minute). ~1: a connection per request.
-    recent = max(1, min(m["requests"], m["locust_rps"] * TIME_WAIT_SECONDS))
+    # one at the peak (those of the last minute), both over the sampler's own window
+    # (window.py: Locust's test starts later than the sampler). ~1: a connection per request.
+    recent = window.recent_requests(stage_dir, m["requests"], m["locust_rps"],
+                                    TIME_WAIT_SECONDS)
     for cls in CLASSES:
         present = f"tw_{cls}" in peaks  # `upstream` exists only behind Nginx
         for col in (f"tw_{cls}", f"tw_{cls}_client", f"tw_{cls}_server", f"estab_{cls}"):
@@ -384,7 +388,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["client_foreign_cpu_pct"] = mean_cpu(samples, "foreign_cpu_client")
     m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
-    m.update(cpu_per_request(samples, m["rps"]))
+    m.update(cpu_per_request(samples, window.answered_rate(stage_dir, m["rps"])))
     m.update(buckets.share_metrics(stage_dir / results.PROFILE_STACKS))
 
     ports = local_ports(stage_dir, stage)
@@ -419,7 +423,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
 def cpu_per_request(sampler_csv: Path, rps: float | None) -> dict:
     """app_cpu_ms_per_request and server_cpu_ms_per_request: the mean CPU (% of one
     core) of the app servers, and of every server role (what is not Locust or the
-    sampler), over the answered requests a second."""
+    sampler), over the answered requests a second (in the sampler's window: window.py)."""
     cpus = [c for c in csvfile.first_row(sampler_csv) if c.startswith("cpu_")]
     servers = [c for c in cpus if c != "cpu_sampler" and c not in locust_columns(cpus)]
     apps = [c for c in servers if c.startswith("cpu_app")]
