@@ -30,7 +30,7 @@ SECRET = "test-secret-key-not-for-production"
 # (`--dist loadfile`) in the order collected, so these start at once, side by side,
 # instead of one of them starting last and setting the suite's time alone.
 LONGEST_FIRST = ("tests/lab/test_lab.py", "tests/lab/test_lab_stops.py",
-                 "tests/lab/test_failures.py", "tests/lab/test_book.py")
+                 "tests/lab/test_book.py")
 
 
 def pytest_collection_modifyitems(config, items):
