@@ -153,9 +153,11 @@ arm64-check: $(VENV)/.installed
 # side by side. Two, not one per core: each lab stage pins its servers to one CPU.
 PYTEST_PARALLEL = -n 2 --dist loadfile
 
-# The whole suite, lint first (CI runs this).
+# The whole suite, lint first (CI runs this). Its ten slowest tests are listed at the end,
+# so the next slow test is seen when it lands; pytest prints that list before its closing
+# "N passed in ..." line, which stays the last.
 test: lint
-	$(PY) -m pytest $(PYTEST_PARALLEL)
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=10
 
 # The quick loop while editing: no load runs.
 test-fast: setup

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import latency_log
-from benchmarks.analysis import stats
+from benchmarks.analysis import nginx_errors, stats, window
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets, threads
@@ -25,12 +25,6 @@ from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
 TIME_WAIT_SECONDS = 60
-EADDRNOTAVAIL = "(99: Cannot assign requested address)"
-NOT_ENOUGH = "worker_connections are not enough"
-# The app closed a reused upstream connection under a request (the keep-alive race):
-# with a FIN Nginx reads end of file, with a reset (unread data at close) an error.
-UPSTREAM_CLOSED = ("upstream prematurely closed connection",
-                   "(104: Connection reset by peer) while reading response header from upstream")
 CLIENT_CPU_LIMIT = 90.0  # % of one core: past it, Locust measures itself, not the server
 # % of the server's CPU set that other processes used: past it, the report flags the stage
 FOREIGN_CPU_LIMIT = 10.0
@@ -64,10 +58,12 @@ _PERCENTILES = f"{_LOCUST}; the open model's: {results.LATENCY_HLOG}'s (open_mod
 _LOCUST_SIO = f"{results.LOCUST_JSON}, {SOCKETIO_TYPE} entries"
 _LOCUST_SESSION = f"{results.SESSIONS_JSON} (chat.py's SESSIONS, every worker's added up)"
 _SAMPLER = results.SAMPLER_CSV
+_WINDOW = f"{results.LOCUST_JSON} num_reqs_per_sec over {_SAMPLER}'s rows (window.py)"
 _CLIENT_SIDE = "most TIME_WAIT held by the connecting side (it closed first)"
 _SERVER_SIDE = "most TIME_WAIT held by the listening side (it closed first)"
 _PER_REQUEST = (f"TIME_WAIT of this class made during the load, per request of the last "
-                f"{TIME_WAIT_SECONDS} s: ~1 a connection per request, ~0 reused connections")
+                f"{TIME_WAIT_SECONDS} s, both in the sampler's window: ~1 a connection per "
+                "request, ~0 reused connections")
 
 
 def class_metrics(cls: str) -> dict[str, Metric]:
@@ -77,7 +73,7 @@ def class_metrics(cls: str) -> dict[str, Metric]:
             f"tw_{cls}_server_peak": Metric(f"{_SAMPLER} tw_{cls}_server", _SERVER_SIDE),
             f"estab_{cls}_peak": Metric(f"{_SAMPLER} estab_{cls}",
                                         "most ESTABLISHED connections"),
-            f"tw_{cls}_per_request": Metric(f"{_SAMPLER} tw_{cls}, {_LOCUST}", _PER_REQUEST)}
+            f"tw_{cls}_per_request": Metric(f"{_SAMPLER} tw_{cls}, {_WINDOW}", _PER_REQUEST)}
 
 
 CATALOGUE: dict[str, Metric] = {
@@ -150,11 +146,11 @@ CATALOGUE: dict[str, Metric] = {
                            "every connection dropped at a listener (ListenDrops), every host's"),
     "sampler_cpu_peak": Metric(f"{_SAMPLER} cpu_sampler", "the sampler's own highest CPU"),
     "app_cpu_ms_per_request": Metric(
-        f"{_SAMPLER} cpu_app (and cpu_app2), rps",
-        "the app servers' CPU (their mean over the run) per answered request, ms"),
+        f"{_SAMPLER} cpu_app (and cpu_app2), {_WINDOW}",
+        "the app servers' CPU per answered request over the sampler's window, ms"),
     "server_cpu_ms_per_request": Metric(
-        f"{_SAMPLER} cpu_* of the server roles (app, Nginx, Redis), rps",
-        "every server role's CPU (its mean over the run) per answered request, ms"),
+        f"{_SAMPLER} cpu_* of the server roles (app, Nginx, Redis), {_WINDOW}",
+        "every server role's CPU per answered request over the sampler's window, ms"),
     **{f"cpu_share_{bucket}": Metric(
         results.PROFILE_STACKS,
         f"the share of the first app host's profiled CPU samples in {what} "
@@ -173,14 +169,16 @@ CATALOGUE: dict[str, Metric] = {
                           "host's toward the app, else the app host's toward Redis"),
     "nginx_eaddrnotavail": Metric(
         f"{results.NGINX_ERRORS} eaddrnotavail",
-        f"lines of Nginx's error log with `{EADDRNOTAVAIL}`: connect() found no free port"),
+        f"lines of Nginx's error log with `{nginx_errors.EADDRNOTAVAIL}`: connect() found "
+        "no free port"),
     "nginx_worker_connections": Metric(
         f"{results.NGINX_ERRORS} worker_connections",
-        f"lines of Nginx's error log with `{NOT_ENOUGH}`: a worker at its connection limit "
-        "(None: captured before the lab counted them)"),
+        f"lines of Nginx's error log with `{nginx_errors.NOT_ENOUGH}`: a worker at its "
+        "connection limit (None: captured before the lab counted them)"),
     "upstream_prematurely_closed": Metric(
         f"{results.NGINX_ERRORS} upstream_closed",
-        f"lines of Nginx's error log with `{UPSTREAM_CLOSED[0]}` or `{UPSTREAM_CLOSED[1]}`: "
+        f"lines of Nginx's error log with `{nginx_errors.UPSTREAM_CLOSED[0]}` or "
+        f"`{nginx_errors.UPSTREAM_CLOSED[1]}`: "
         "the app closed a connection Nginx had just sent a request on (None: captured "
         "before the lab counted them)"),
     "upstream_reused_share": Metric(
@@ -358,13 +356,6 @@ def kernel_counts(samples: Path) -> dict[str, int | None]:
     return found
 
 
-def count_in_file(path: Path, needle: str) -> int:
-    if not path.exists():
-        return 0
-    with open(path, errors="replace") as f:
-        return sum(line.count(needle) for line in f)
-
-
 def compute(stage_dir: Path, stage: Stage) -> dict:
     """All metrics of one stage run."""
     m: dict = locust_totals(stage_dir)
@@ -372,8 +363,10 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     peaks = csvfile.peaks(stage_dir / results.SAMPLER_CSV)
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
-    # one at the peak (those of the last minute). ~1: a connection per request.
-    recent = max(1, min(m["requests"], m["locust_rps"] * TIME_WAIT_SECONDS))
+    # one at the peak (those of the last minute), both over the sampler's own window
+    # (window.py: Locust's test starts later than the sampler). ~1: a connection per request.
+    recent = window.recent_requests(stage_dir, m["requests"], m["locust_rps"],
+                                    TIME_WAIT_SECONDS)
     for cls in CLASSES:
         present = f"tw_{cls}" in peaks  # `upstream` exists only behind Nginx
         for col in (f"tw_{cls}", f"tw_{cls}_client", f"tw_{cls}_server", f"estab_{cls}"):
@@ -392,25 +385,12 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["client_foreign_cpu_pct"] = mean_cpu(samples, "foreign_cpu_client")
     m.update(kernel_counts(samples))
     m["sampler_cpu_peak"] = round(peaks.get("cpu_sampler") or 0.0, 1)
-    m.update(cpu_per_request(samples, m["rps"]))
+    m.update(cpu_per_request(samples, window.answered_rate(stage_dir, m["rps"])))
     m.update(buckets.share_metrics(stage_dir / results.PROFILE_STACKS))
     m["native_cpu_share"] = threads.native_share(threads.read(stage_dir))
 
-    ports = local_ports(stage_dir, stage)
-    m["local_ports"] = ports
-    if stage.front:
-        errors = nginx_errors(stage_dir)
-        m["nginx_eaddrnotavail"] = errors["eaddrnotavail"]
-        m["nginx_worker_connections"] = errors.get("worker_connections")
-        m["upstream_prematurely_closed"] = errors.get("upstream_closed")
-        m["upstream_ports_in_time_wait"] = (
-            round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)
-    else:
-        m["nginx_eaddrnotavail"] = None
-        m["nginx_worker_connections"] = None
-        m["upstream_prematurely_closed"] = None
-        m["upstream_ports_in_time_wait"] = None
-
+    m["local_ports"] = local_ports(stage_dir, stage)
+    m.update(front_metrics(stage_dir, stage, m))
     m.update(independent_rps(stage_dir, m))
     count = results.read_json(stage_dir / results.COUNT_JSON) \
         if (stage_dir / results.COUNT_JSON).exists() else {}
@@ -426,10 +406,24 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     return m
 
 
+def front_metrics(stage_dir: Path, stage: Stage, m: dict) -> dict:
+    """Nginx's error counts and its share of local ports in TIME_WAIT (None without a
+    front)."""
+    if not stage.front:
+        return dict.fromkeys(("nginx_eaddrnotavail", "nginx_worker_connections",
+                              "upstream_prematurely_closed", "upstream_ports_in_time_wait"))
+    errors, ports = nginx_errors.counts(stage_dir), m["local_ports"]
+    return {"nginx_eaddrnotavail": errors["eaddrnotavail"],
+            "nginx_worker_connections": errors.get("worker_connections"),
+            "upstream_prematurely_closed": errors.get("upstream_closed"),
+            "upstream_ports_in_time_wait": (
+                round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)}
+
+
 def cpu_per_request(sampler_csv: Path, rps: float | None) -> dict:
     """app_cpu_ms_per_request and server_cpu_ms_per_request: the mean CPU (% of one
     core) of the app servers, and of every server role (what is not Locust or the
-    sampler), over the answered requests a second."""
+    sampler), over the answered requests a second (in the sampler's window: window.py)."""
     cpus = [c for c in csvfile.first_row(sampler_csv) if c.startswith("cpu_")]
     servers = [c for c in cpus if c != "cpu_sampler" and c not in locust_columns(cpus)]
     apps = [c for c in servers if c.startswith("cpu_app")]
@@ -511,32 +505,6 @@ def independent_rps(stage_dir: Path, m: dict) -> dict:
 
 def count_gap_too_big(metrics: dict) -> bool:
     return metrics.get("rps_gap") is not None and metrics["rps_gap"] > COUNT_GAP_LIMIT
-
-
-def summarize_nginx_errors(stage_dir: Path) -> dict | None:
-    """Count, once, the errors the checks read from Nginx's error log into errors.json:
-    the log itself can be tens of MB (stage 4), too big to keep in a reference copy."""
-    counts = nginx_error_counts(stage_dir)
-    if counts is not None:
-        results.write_json(stage_dir / results.NGINX_ERRORS, counts)
-    return counts
-
-
-def nginx_error_counts(stage_dir: Path) -> dict | None:
-    """What the checks count in the stage's Nginx error log; None without a log."""
-    log = stage_dir / results.NGINX_ERROR_LOG
-    if not log.exists():
-        return None
-    return {"eaddrnotavail": count_in_file(log, EADDRNOTAVAIL),
-            "worker_connections": count_in_file(log, NOT_ENOUGH),
-            "upstream_closed": sum(count_in_file(log, needle) for needle in UPSTREAM_CLOSED)}
-
-
-def nginx_errors(stage_dir: Path) -> dict:
-    path = stage_dir / results.NGINX_ERRORS
-    if path.exists():
-        return results.read_json(path)
-    return summarize_nginx_errors(stage_dir) or {"eaddrnotavail": 0}
 
 
 def answered(metrics: dict) -> int:

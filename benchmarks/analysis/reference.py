@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.analysis import metrics, report
+from benchmarks.analysis import metrics, nginx_errors, report
 from benchmarks.profile import buckets
 from benchmarks.run import results
 
@@ -107,7 +107,7 @@ def copy(run_dir: Path, dest: Path = DEST) -> list[Path]:
                 buckets.reduce(src / name, target)
             else:
                 shutil.copyfile(src / name, target)
-        counts = metrics.nginx_error_counts(src)  # a run older than errors.json has only the log
+        counts = nginx_errors.count_log(src)  # a run older than errors.json has only the log
         if counts is not None and not (src / results.NGINX_ERRORS).exists():
             target = results.stage_dir(dest, stage) / results.NGINX_ERRORS
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import csv
 import time
 from pathlib import Path
 
-from benchmarks.analysis import metrics
+from benchmarks.analysis import metrics, nginx_errors
 from benchmarks.capture import csvfile
 from benchmarks.run import results
 from benchmarks.run.cli import say
@@ -100,10 +100,10 @@ class Watch:
             f.seek(self.log_from)
             chunk = f.read()
         self.log_from += len(chunk)
-        if metrics.EADDRNOTAVAIL.encode() in chunk:
+        if nginx_errors.EADDRNOTAVAIL.encode() in chunk:
             self.eaddrnotavail_seen = True
             return ("Nginx has no local port left toward the app: "
-                    f"{metrics.EADDRNOTAVAIL} in nginx/error.log, clients get 502")
+                    f"{nginx_errors.EADDRNOTAVAIL} in nginx/error.log, clients get 502")
         return None
 
     def line(self, seconds: float) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.analysis import access_logs, metrics
+from benchmarks.analysis import access_logs, metrics, nginx_errors
 from benchmarks.capture import loop
 from benchmarks.capture.tables import side_hosts
 from benchmarks.profile import record as profile
@@ -397,7 +397,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         **access_logs.count_answered(load.count_log, count_from), **apps,
         "latency_log": results.latency_log(stage),
         **access_logs.server_latency(stage_dir / results.latency_log(stage), latency_from)})
-    metrics.summarize_nginx_errors(stage_dir)
+    nginx_errors.summarize(stage_dir)
     result, checks = evaluate_stage(stage, stage_dir)
     progress.say_outcome(result, checks, stage_dir)
     judged = judge_objectives(stage_dir, result, opts)

@@ -121,7 +121,7 @@ def test_ctrl_c_in_a_later_repeat_keeps_the_finished_ones_and_says_so(tmp_path):
     """Two things in one run, to keep the suite short: Ctrl-C during repeat 2 keeps
     repeat 1 and says so; and that repeat, stage 5 under the keep-alive race's load (5k's
     bursts, --chat-burst-every), shows no race: its app keeps idle connections longer
-    than Nginx does (tests/lab/test_failures.py has 5k itself)."""
+    than Nginx does (test_lab.py's full run has 5k itself)."""
     results_dir = tmp_path / "results"
     burst = f"--chat-burst-every {stages.get('5k').burst_every:g}"
     proc = start_lab("run", "--stages", "5", "--repeats", "3", "--duration", "4",

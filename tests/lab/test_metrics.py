@@ -8,6 +8,7 @@ how a number is computed shows here first, and the catalogue names every number.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -237,3 +238,50 @@ def test_workers_figures_merge_as_locust_merges_its_stats():
     assert json.loads(ran.stdout) == {"intended": 190, "late": 2, "not_started": 3,
                                       "worst_lateness_ms": 30.0, "rate": 40.0,
                                       "lengths": [1.0, 2.0, 3.0]}
+
+
+def late_locust_capture(folder, late_s: float):
+    """Stage 0's reference folder with a fabricated 10 s load: the sampler starts at
+    t = 1000 with Locust's process, Locust's test `late_s` later and then runs 10 s; 100
+    requests end each second, each leaving a TIME_WAIT toward Redis, and the app takes
+    50% of its core while they run: 1 TIME_WAIT and 5 ms of app CPU a request."""
+    start, rate = 1000.0 + late_s, 100
+    per_sec = {}
+    for k in range(1000, 1000 + int(late_s) + 11):  # each second's share of the load
+        share = max(0.0, min(k + 1, start + 10) - max(k, start))
+        if share:
+            per_sec[str(k)] = round(rate * share)
+    results.write_json(folder / results.LOCUST_JSON, [
+        {**entry("GET", "/users/me", sum(per_sec.values()), 0, {10: sum(per_sec.values())},
+                 start=start, last=start + 10), "num_reqs_per_sec": per_sec,
+         "num_fail_per_sec": {}}])
+    lines = ["ts,elapsed_s,tw_total,tw_redis,tw_redis_client,tw_redis_server,estab_redis,"
+             "cpu_app,cpu_locust,cpu_sampler"]
+    for i in range(1, 11):  # the sampler's rows: 9.5 s, as the runner runs it
+        t = 1000.0 + min(i, 9.5)
+        tw = round(rate * max(0.0, t - start))
+        busy = 50 * max(0.0, min(1.0, t - start))  # the load's share of the row's second
+        lines.append(f"{t},{t - 1000},{tw},{tw},{tw},0,0,{busy},20,1")
+    (folder / results.SAMPLER_CSV).write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("late_s, whole", [(0.4, 0.85), (3.0, 0.65)])
+def test_per_request_figures_are_counted_over_the_samplers_own_window(tmp_path, late_s,
+                                                                       whole):
+    """Locust's test starting 3 s after the sampler (a crowded box) used to halve stage
+    0's TIME_WAIT per request (the sampler saw 6.5 s of a 10 s load; Locust's totals
+    held all of it); counted over the sampler's rows from Locust's per-second counts,
+    it reads 1 however late Locust starts, and so does the app's CPU per request."""
+    folder = tmp_path / "00-builtin"
+    shutil.copytree(REFERENCE / "00-builtin", folder)
+    late_locust_capture(folder, late_s)
+    stage = stages.get("0")
+    m = metrics.compute(folder, stage)
+    assert m["requests"] == 1000
+    assert m["tw_redis_per_request"] == pytest.approx(1.0, abs=0.01)
+    assert m["app_cpu_ms_per_request"] == pytest.approx(5.0, abs=0.1)
+    churn = [c for c in metrics.evaluate(stage, m) if c["name"] == "tw_redis_per_request"]
+    assert churn and churn[0]["passed"]
+    # over Locust's whole test instead, what the crowded box read
+    first_tw = round(100 * max(0.0, 1001 - (1000 + late_s)))
+    assert (m["tw_redis_peak"] - first_tw) / m["requests"] == pytest.approx(whole, abs=0.001)

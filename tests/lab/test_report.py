@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import latency_log, stages
-from benchmarks.analysis import metrics, plots, reference, repeats, report, stats
+from benchmarks.analysis import metrics, nginx_errors, plots, reference, repeats, report, stats
 from benchmarks.analysis.metrics import SUMMARY_COLUMNS
 from benchmarks.run import results
 
@@ -412,9 +412,9 @@ def test_reference_counts_nginx_errors_of_a_run_that_kept_only_the_log(tmp_path,
     keep_only(run_copy, {"4"})
     stage_dir = run_copy / "04-nginx-proxy"
     (stage_dir / results.NGINX_ERRORS).unlink()
-    line = f"connect() to 127.0.0.1:8000 failed {metrics.EADDRNOTAVAIL} while connecting\n"
-    short = f"[alert] 7#7: 32 {metrics.NOT_ENOUGH}\n"
-    raced = f"[error] 7#7: *9 recv() failed {metrics.UPSTREAM_CLOSED[1]}, client: ...\n"
+    line = f"connect() to 127.0.0.1:8000 failed {nginx_errors.EADDRNOTAVAIL} while connecting\n"
+    short = f"[alert] 7#7: 32 {nginx_errors.NOT_ENOUGH}\n"
+    raced = f"[error] 7#7: *9 recv() failed {nginx_errors.UPSTREAM_CLOSED[1]}, client: ...\n"
     (stage_dir / results.NGINX_ERROR_LOG).write_text(
         line * 3 + short * 2 + raced + "an unrelated line\n")
     dest = tmp_path / "reference-run"
