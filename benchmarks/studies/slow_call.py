@@ -14,9 +14,9 @@ others, as in the lab. The servers, in turn, --repeats times over:
 - gunicorn's gthread worker with gunicorn/gthread.conf.py (stage 3t's).
 
 Prints, per server, the fast requests' rate, p50 and p99 and the slow ones' rate,
-each as the lowest and highest over the repeats; --json writes every run. The app is
-a stand-in, so the figures say how each server schedules a wait, not what the chat
-service costs (lab 15 measures that).
+each as its geometric mean over the repeats with its 95% interval (stats.interval);
+--json writes every run. The app is a stand-in, so the figures say how each server
+schedules a wait, not what the chat service costs (lab 15 measures that).
 
 Requirements: wrk (`make setup` installs it), the lab's .venv. About (--seconds + 3 s)
 per server and repeat: 4 servers x 3 repeats at 10 s is about 3 minutes.
@@ -35,6 +35,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks.analysis import stats
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
@@ -116,16 +117,22 @@ def placement() -> tuple[str, str]:
 
 
 def table(runs: list[dict]) -> str:
-    """A row per server: each figure's lowest and highest over the repeats."""
+    """A row per server: each figure's geometric mean over the repeats with its 95%
+    interval (stats.interval: times and rates are positive, their interval on the log
+    scale), or the one value of a single run."""
     columns = ("fast_rps", "fast_p50_ms", "fast_p99_ms", "slow_rps")
     lines = ["| server | fast req/s | fast p50 ms | fast p99 ms | slow req/s |",
              "|---|---|---|---|---|"]
     for name in SERVERS:
         cells = []
         for column in columns:
-            values = [r[column] for r in runs if r["server"] == name and r[column] is not None]
-            low, high = (min(values), max(values)) if values else (None, None)
-            cells.append(f"{low:g}" if low == high else f"{low:g}-{high:g}")
+            found = stats.interval(r[column] for r in runs if r["server"] == name)
+            if found["mean"] is None:
+                cells.append("-")
+            elif found["low"] is None:
+                cells.append(f"{found['mean']:.3g}")
+            else:
+                cells.append(f"{found['mean']:.3g} [{found['low']:.3g}, {found['high']:.3g}]")
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
