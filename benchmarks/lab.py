@@ -44,6 +44,10 @@ from benchmarks.studies import book
 def cmd_run(args) -> int:
     opts = options.from_args(args)
     if args.target:
+        if opts.floor_seconds is not None:
+            raise options.OptionsError("--floor measures stage 8's app on this machine "
+                                       "beside the lab's own stages; a --target run has "
+                                       "none: leave --floor out")
         return cmd_run_target(args, opts)
     opts, note = options.on_sandbox(opts, cli.resolve_sandbox(opts.sandbox), args.stages)
     if note:
@@ -381,6 +385,13 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--slo", default="", metavar="OBJECTIVES",
                      help="objectives every stage (or the --target) must meet, else exit 1: "
                           + slo.GRAMMAR.replace("%", "%%"))
+    run.add_argument("--floor", action="store_true",
+                     help="after each repeat's stages, the floor study (stage 8's app "
+                          "in-process, benchmarks/studies/floor.py) into that repeat's "
+                          "folder: each stage's multiple of the floor is then paired, per "
+                          "repeat, with its interval and p")
+    run.add_argument("--floor-seconds", type=float, default=None, metavar="S",
+                     help="with --floor: seconds per request type (default 2; 6 types)")
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")

@@ -11,9 +11,13 @@ benchmarks.analysis.report` and a notebook say the same thing:
 
 All figures are ms per request; geometric means over the study's repeats with 95%
 intervals (stats.interval, log scale: a time's interval cannot cross zero). A stage's
-multiple is the geometric mean of its figure over its repeats divided by the floor's
-mix's: `app_cpu_ms_per_request` against the app's own CPU,
+multiple of the floor's mix: `app_cpu_ms_per_request` against the app's own CPU,
 `server_cpu_ms_per_request` (app, Nginx and Redis) against the app's and Redis's.
+When `lab run --floor` measured a floor after every repeat's stages (floor.json in each
+repeat's folder), the multiple is paired: the ratio within each repeat, judged as a
+step between stages is (stats.step: geometric mean, interval, p). Otherwise (a floor
+of its own, `--into`) it is the ratio of the geometric means (stats.ratio, unpaired);
+the report says which.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ def about(data: dict) -> str:
     busy = (f" While it was measured, the load average went from {box['load_average'][0]:g} "
             f"to {box['load_average'][1]:g} and other processes used "
             f"{box['others_cpu_pct']:g}% of the app's CPU." if box else
+            " What else the box did: each repeat's row below." if "box" in data else
             " What else the box did was not recorded (a study from before floor.json kept "
             "`box`).")
     where = REDIS_CPU[data.get("redis_cpu", "apart")]  # before the option: apart
@@ -132,49 +137,91 @@ def bases(data: dict) -> dict[str, list[float]]:
             for k, parts in AGAINST.items()}
 
 
-def stages_against(run_dir: Path, data: dict) -> list[dict]:
+def floors(run_dir: Path) -> list[tuple[Path, dict]]:
+    """(folder, floor.json) of each of the run's repeat folders that has one: the run
+    folder's own (`--into`, or repeat 1's), then repeats/K's (`lab run --floor`)."""
+    found = [(folder, read(folder)) for folder in results.repeat_dirs(run_dir)]
+    return [(folder, data) for folder, data in found if data is not None]
+
+
+def paired(run_dir: Path, found: list[tuple[Path, dict]]) -> bool:
+    """Whether every repeat folder with a measured stage has the floor `lab run --floor`
+    measured after that repeat's stages (its `lab_repeat`): then each stage's multiple
+    is a ratio within each repeat. A floor written later with `--into` is not."""
+    after = {folder for folder, data in found if data.get("lab_repeat")}
+    measured = [f for f in results.repeat_dirs(run_dir) if any(results.measured_stages(f))]
+    return bool(measured) and all(f in after for f in measured)
+
+
+def pooled(found: list[tuple[Path, dict]]) -> dict:
+    """One floor.json of every floor found: their repeats together (each pass of the
+    study one), the first's settings; `box` per floor is each_repeat's to say."""
+    first = found[0][1]
+    if len(found) == 1:
+        return first
+    return {**first, "repeats": [r for _, data in found for r in data["repeats"]],
+            "box": None}
+
+
+def stages_against(run_dir: Path, found: list[tuple[Path, dict]], pair: bool) -> list[dict]:
     """Each measured stage of the run: its CPU figures (interval over its repeats) and each
-    as a multiple of its floor (bases): the ratio of their geometric means, with its
-    interval (stats.ratio: the stage's repeats and the study's are not paired)."""
-    floors = bases(data)
-    found: dict[str, dict] = {}
+    as a multiple of the floor (bases). Paired (`pair`): its figure over the floor of the
+    same repeat folder in each repeat, judged as a step is (stats.step: the geometric mean
+    of the ratios, its interval and p). Else the ratio of the geometric means of the
+    stage's repeats and of every floor's (stats.ratio: Welch's t on the logs, unpaired)."""
+    own = {folder: {k: stats.interval(v)["mean"] for k, v in bases(data).items()}
+           for folder, data in found}
+    every = bases(pooled(found))
+    rows: dict[str, dict] = {}
     for root in results.repeat_dirs(run_dir):
         for stage, folder in results.measured_stages(root):
             m = results.read_json(folder / results.METRICS_JSON)
-            entry = found.setdefault(stage.key, {"stage": stage, **{k: [] for k in AGAINST}})
+            row = rows.setdefault(stage.key, {"stage": stage, **{k: [] for k in AGAINST},
+                                              **{f"{k}_pairs": [] for k in AGAINST}})
             for k in AGAINST:
-                entry[k].append(m.get(k))
-    out = []
-    for entry in found.values():
-        row = {"stage": entry["stage"]}
+                row[k].append(m.get(k))
+                if pair and m.get(k) is not None and own[root][k]:
+                    row[f"{k}_pairs"].append(m[k] / own[root][k])
+    for row in rows.values():
         for k in AGAINST:
-            row[k] = stats.interval(entry[k])
-            row[f"{k}_x"] = stats.ratio([v for v in entry[k] if v is not None], floors[k])
-        out.append(row)
-    return out
+            values = row[k]
+            row[k] = stats.interval(values)
+            row[f"{k}_x"] = (stats.step(row[f"{k}_pairs"]) if pair else
+                             stats.ratio([v for v in values if v is not None], every[k]))
+    return list(rows.values())
+
+
+def each_repeat(found: list[tuple[Path, dict]]) -> str:
+    """A row per floor: its repeat, its mix's figures and what else the box did."""
+    lines = ["| repeat | app CPU ms (mix) | app + Redis CPU ms | load average | others' "
+             "CPU of the app's |", "|---|---|---|---|---|"]
+    for folder, data in found:
+        app, both = (stats.interval(v)["mean"] for v in bases(data).values())
+        box = data.get("box") or {}
+        load = " to ".join(f"{x:g}" for x in box.get("load_average", [])) or "-"
+        others = f"{box['others_cpu_pct']:g}%" if "others_cpu_pct" in box else "-"
+        lines.append(f"| {data.get('lab_repeat') or folder.name} | {app:.3f} | {both:.3f} | "
+                     f"{load} | {others} |")
+    return "\n".join(lines)
 
 
 def section(run_dir: Path) -> str:
-    """report.md's section for a run folder that holds floor.json, or ""."""
-    data = read(run_dir)
-    if data is None:
+    """report.md's section for a run folder that holds floor.json (in any repeat's
+    folder), or ""."""
+    found = floors(run_dir)
+    if not found:
         return ""
-    rows = summarize(data)
+    data, pair = pooled(found), paired(run_dir, found)
     app, both = (stats.interval(v)["mean"] for v in bases(data).values())
-    lines = ["## The floor", "", about(data), "", table(rows), ""]
-    against = stages_against(run_dir, data)
+    lines = ["## The floor", "", about(data), ""]
+    if len(found) > 1 or data.get("lab_repeat"):
+        lines += ["Measured by `lab run --floor` after each repeat's stages, one pass a "
+                  "repeat, into that repeat's folder; the table pools them, and each "
+                  "repeat's floor is:", "", each_repeat(found), ""]
+    lines += [table(summarize(data)), ""]
+    against = stages_against(run_dir, found, pair)
     if against:
-        lines += [f"Each stage's CPU per request (geometric mean [95% interval] over its "
-                  f"repeats) and "
-                  f"its multiple of the floor's mix with its 95% interval (the stage's "
-                  "repeats and the study's are apart, not paired: Welch's t on the logs, "
-                  "stats.ratio): the app server's "
-                  f"(`app_cpu_ms_per_request`) against the app's own {app:.3f} ms, every "
-                  f"server role's (`server_cpu_ms_per_request`: app, Nginx, Redis) against "
-                  f"the app's and Redis's {both:.3f} ms. What lies above 1x is what "
-                  "the server (its HTTP handling, its worker, Nginx) costs; stages before 7 "
-                  "also run the slower code stage 7 removed. The stages' mix adds the "
-                  "Socket.IO users' messages, which their RPS does not count.", "",
+        lines += [_how(pair, app, both), "",
                   "| stage | app server CPU ms | x floor | every server role CPU ms | "
                   "x floor |", "|---|---|---|---|---|"]
         lines += [f"| {r['stage'].dirname} | {shown(r['app_cpu_ms_per_request'])} | "
@@ -185,10 +232,37 @@ def section(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+PAIRED = ("paired: in each repeat, the stage's figure over the floor measured right after "
+          "that repeat's stages (`lab run --floor`); the multiple is the geometric mean of "
+          "those ratios, with its 95% interval and p, the paired t test on their logs "
+          "(stats.step), as a step between stages is judged; p tests the multiple against "
+          "1x, a server that costs nothing above the floor")
+UNPAIRED = ("unpaired: the floor was not measured after every repeat's stages (`python -m "
+            "benchmarks.studies.floor --into`, or a repeat's floor missing), so the "
+            "multiple is the ratio of the geometric means of the stage's repeats and the "
+            "floor's, its 95% interval from Welch's t on the logs (stats.ratio), no p; "
+            "`lab run --floor` pairs them")
+
+
+def _how(pair: bool, app: float, both: float) -> str:
+    return ("Each stage's CPU per request (geometric mean [95% interval] over its repeats) "
+            f"and its multiple of the floor's mix, {PAIRED if pair else UNPAIRED}: the app "
+            "server's (`app_cpu_ms_per_request`) against the app's own CPU "
+            f"({app:.3f} ms over every floor), every server role's "
+            "(`server_cpu_ms_per_request`: app, Nginx, Redis) against the app's and "
+            f"Redis's ({both:.3f} ms). What lies above 1x is what the server (its HTTP "
+            "handling, its worker, Nginx) costs; stages before 7 also run the slower code "
+            "stage 7 removed. The stages' mix adds the Socket.IO users' messages, which "
+            "their RPS does not count.")
+
+
 def _times(x: dict) -> str:
-    """`2.03x [1.61, 2.56]`, the multiple alone when a side has one repeat, `-` if none."""
+    """Paired: stats.verdict's `2.03x [1.61, 2.56], p = 0.004: significant`; unpaired:
+    `2.03x [1.61, 2.56]`, the multiple alone when a side has one repeat; `-` if none."""
     if x["ratio"] is None:
         return "-"
+    if "p" in x:
+        return stats.verdict(x)
     if x["low"] is None:
         return f"{x['ratio']:.2f}x"
     return f"{x['ratio']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]"

@@ -17,7 +17,8 @@
   the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
 - **A ratio of two things measured apart** (`ratio`: a stage's CPU per request over the
   floor's): the ratio of their geometric means, its interval from Welch's t on the
-  logs; unpaired, so wider than a step's.
+  logs; unpaired, so wider than a step's. With `lab run --floor` each repeat has a
+  floor of its own, and the multiple is judged as a step is (`step`).
 - **A percentile** (`percentile`): Locust's own rule, so the lab's figures are the
   ones its web UI shows; shown only with ENOUGH requests beyond it (`too_few`). The
   same rule reads Locust's buckets or an HdrHistogram's (benchmarks/latency_log.py):

@@ -21,6 +21,10 @@ SANDBOXES = ("auto", "netns", "host")
 # One Locust process on one core starts a few thousand requests a second at most; past
 # that the schedule slips and the figures would be the client's (arrivals.py counts it).
 MAX_ARRIVAL_RATE = 5000
+# The floor study's seconds per request type: its --seconds, `lab run --floor-seconds`
+# (benchmarks/studies/floor.py reads these: it imports this module, not the reverse)
+FLOOR_SECONDS = (0.05, 60.0)  # the least and the most
+FLOOR_DEFAULT_SECONDS = 2.0
 
 
 class OptionsError(ValueError):
@@ -50,6 +54,9 @@ class RunOptions:
     profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
     slo: tuple[slo.Objective, ...] = ()  # objectives each stage must meet (--slo), else exit 1
     arrival_rate: float | None = None  # the open model: requests started a second (arrivals.py)
+    # `--floor`: the floor study after each repeat's stages, this many seconds per request
+    # type (benchmarks/studies/floor.py after_repeat); None: no floor
+    floor_seconds: float | None = None
 
     def __post_init__(self):
         if not self.stages:
@@ -86,6 +93,10 @@ class RunOptions:
             raise OptionsError(f"stage(s) {', '.join(several)} run two app hosts, which need "
                                "--sandbox netns (root and iproute2); leave them out of "
                                "--stages on the host")
+        least, most = FLOOR_SECONDS
+        if self.floor_seconds is not None and not least <= self.floor_seconds <= most:
+            raise OptionsError(f"--floor-seconds must be {least:g}-{most:g} (got "
+                               f"{self.floor_seconds:g})")
         missing = procs.missing_environments(self.stages)
         if missing:
             raise OptionsError("\n".join(missing))
@@ -112,7 +123,8 @@ class RunOptions:
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
                 "repeats": self.repeats, "profile": self.profile,
-                "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate}
+                "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate,
+                "floor_seconds": self.floor_seconds}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -177,7 +189,20 @@ def from_args(args) -> RunOptions:
         screenshots=args.screenshots, client_hosts=args.client_hosts,
         repeats=getattr(args, "repeats", 1), profile=args.profile,
         slo=objectives(getattr(args, "slo", None)),
-        arrival_rate=getattr(args, "arrival_rate", None))
+        arrival_rate=getattr(args, "arrival_rate", None),
+        floor_seconds=floor_seconds(args))
+
+
+def floor_seconds(args) -> float | None:
+    """--floor's seconds per request type (--floor-seconds, else the study's default), or
+    None without --floor; --floor-seconds alone is a mistake, said before anything starts."""
+    seconds, wanted = getattr(args, "floor_seconds", None), getattr(args, "floor", False)
+    if seconds is not None and not wanted:
+        raise OptionsError(f"--floor-seconds {seconds:g} without --floor: add --floor to "
+                           "measure the floor after each repeat, or leave it out")
+    if not wanted:
+        return None
+    return FLOOR_DEFAULT_SECONDS if seconds is None else seconds
 
 
 def objectives(spec: str | None) -> tuple[slo.Objective, ...]:

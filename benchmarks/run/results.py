@@ -14,6 +14,10 @@
         summary.csv  report.md  plots/   the whole run (benchmarks/analysis/report.py)
         repeats/2/00-builtin/ ...        with --repeats N, repeat k's stage folders (k >= 2;
                                          repeat 1's are the run's own, below)
+        floor.json  floor.csv            the floor study's figures and table
+                                         (benchmarks/studies/floor.py --into), or with
+        floor.log                        `lab run --floor` repeat 1's floor and the study's
+        repeats/2/floor.json ...         output; repeat k's in repeats/k/ (lab_repeat: k)
         00-builtin/                      one folder per stage (Stage.dirname)
           locust.json                    Locust's totals at exit (--json-file, prefix `locust`)
           locust.html                    Locust's own report of the measured run (--html)
@@ -74,6 +78,7 @@ REPORT_MD = "report.md"
 PLOTS = "plots"
 FLOOR_JSON = "floor.json"  # the floor study's figures (benchmarks/studies/floor.py)
 FLOOR_CSV = "floor.csv"  # its table: each request type and the mix, with intervals
+FLOOR_LOG = "floor.log"  # `lab run --floor`: the study's output, in each repeat's folder
 
 # files of a stage
 LOCUST_PREFIX = "locust"  # Locust's --csv prefix: locust_stats.csv, locust_stats_history.csv

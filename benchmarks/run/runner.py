@@ -46,6 +46,7 @@ from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.run.stack import Stack, socketio_name
 from benchmarks.sandbox import hosts, procs, sandbox
 from benchmarks.stages import ROOT, Stage
+from benchmarks.studies import floor as floor_study
 
 FRIENDS_PER_USER = 5
 WARMUP_PREFIX = "locust-warmup"  # its --json-file: the warm-up's requests a second
@@ -501,9 +502,10 @@ def running_stage(stage: Stage, opts: RunOptions):
 def run_stages(opts: RunOptions, run_dir: Path,
                screenshot: Screenshot | None = None) -> tuple[list[dict], list[str]]:
     """Every stage of `opts`, one after the other, `opts.repeats` times over (0,1,2,0,1,2:
-    a drift of the machine hits every stage alike), repeat k into results.repeat_dir
-    (run.json kept up to date, `repeats_done` after each); (the results of those that
-    ran, the keys of those that could not, each once)."""
+    a drift of the machine hits every stage alike), repeat k into results.repeat_dir,
+    with `opts.floor_seconds` the floor study after each repeat's stages, into the same
+    folder (run.json kept up to date, `repeats_done` after each); (the results of those
+    that ran, the keys of those that could not, each once: `floor` for the study)."""
     info = {**environment.environment(opts.stages), "parameters": opts.parameters(), "stages": {},
             "repeats_done": 0}
     info["at_rest"], line = environment.at_rest(opts.placement)
@@ -532,6 +534,12 @@ def run_stages(opts: RunOptions, run_dir: Path,
                 if repeat == 1:
                     info["stages"][stage.key] = {"dir": stage.dirname, "error": str(e)}
             results.write_json(run_dir / results.RUN_JSON, info)
+        if opts.floor_seconds is not None:  # after the repeat's stages, its own floor
+            try:
+                floor_study.after_repeat(run_dir, repeat, opts.floor_seconds, opts.placement)
+            except cli.RUN_ERRORS as e:
+                say(f"  the floor FAILED TO RUN: {e}")
+                failed += ["floor"] if "floor" not in failed else []
         info["repeats_done"] = repeat
         results.write_json(run_dir / results.RUN_JSON, info)
     return done, failed

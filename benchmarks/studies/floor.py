@@ -2,6 +2,7 @@
 
     python -m benchmarks.studies.floor [--repeats 3] [--seconds 2] [--into RUN_DIR]
                                        [--redis-cpu server|apart]
+    python -m benchmarks.lab run --stages 8,9 --repeats 3 --floor   # a floor per repeat
 
 Stage 8's app (its code and settings, benchmarks/stages.py TODAY, the Redis pool)
 is built in this process and called as a WSGI callable: a prepared environ per
@@ -23,7 +24,10 @@ Writes results/<timestamp>-floor/ (`floor.json`: each repeat's figures and the
 settings; `floor.csv`: the table; `report.md`), or with --into RUN_DIR the first
 two into a lab run's folder and rebuilds its report.md, which then gives each
 stage's server CPU per request as a multiple of the floor
-(benchmarks/analysis/floor.py).
+(benchmarks/analysis/floor.py). `lab run --floor` runs the study after each repeat's
+stages (`after_repeat`: one pass of --floor-seconds per type, into that repeat's
+folder, `--lab-repeat K`), so that each stage's multiple is a ratio within each
+repeat, judged by the paired test as a step between stages is.
 
 Requirements: redis-server and taskset (util-linux), the venv. No root.
 Overhead: one core for 6 types x (a warm-up of 0.5 s + --seconds x --repeats), and a
@@ -37,6 +41,7 @@ import contextlib
 import io
 import os
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,8 +54,8 @@ from benchmarks.analysis import floor
 from benchmarks.chat_mix import HISTORY_LIMIT, WEIGHTS
 from benchmarks.run import cli, environment, results
 from benchmarks.run.cli import StageFailed, say
-from benchmarks.run.options import OptionsError
-from benchmarks.sandbox import hosts, procs
+from benchmarks.run.options import FLOOR_DEFAULT_SECONDS, FLOOR_SECONDS, OptionsError
+from benchmarks.sandbox import hosts, procs, sandbox
 
 STAGE = "8"  # whose app code and settings the floor serves
 # Stage 8 states gevent for Socket.IO; no gevent worker runs here, so the app would
@@ -59,7 +64,8 @@ ASYNC_MODE = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}
 WARMUP_S = 0.5  # per type (at most --seconds), before the first timed loop: caches, the pool
 PASSWORD = "floor-study-password"
 PREFILL = 40  # messages in the room before the first read: a read returns a full page
-MAX_SECONDS = 60.0
+MIN_SECONDS, MAX_SECONDS = FLOOR_SECONDS  # --seconds, as `lab run --floor-seconds`
+DEFAULT_SECONDS = FLOOR_DEFAULT_SECONDS
 
 
 def app_env(redis_port: int) -> dict[str, str]:
@@ -256,9 +262,13 @@ def measure(app, chat: dict, redis_pid: int, repeats: int, seconds: float) -> li
 
 def check(args) -> None:
     """Every value, before anything starts."""
-    if args.repeats < 1 or not 0.05 <= args.seconds <= MAX_SECONDS:
-        raise OptionsError(f"--repeats must be at least 1 and --seconds 0.05-{MAX_SECONDS:g} "
-                           f"(got {args.repeats}, {args.seconds:g})")
+    if args.repeats < 1 or not MIN_SECONDS <= args.seconds <= MAX_SECONDS:
+        raise OptionsError(f"--repeats must be at least 1 and --seconds "
+                           f"{MIN_SECONDS:g}-{MAX_SECONDS:g} (got {args.repeats}, "
+                           f"{args.seconds:g})")
+    if args.lab_repeat is not None and (args.into is None or args.lab_repeat < 1):
+        raise OptionsError(f"--lab-repeat {args.lab_repeat}: give it with --into RUN_DIR, "
+                           "a repeat of that run from 1 (`lab run --floor` does)")
     if args.into is not None and not results.is_run(args.into):
         raise OptionsError(f"--into {args.into}: not a lab run's folder (no "
                            f"{results.RUN_JSON}); give one under results/, e.g. "
@@ -293,8 +303,12 @@ def placement(args) -> tuple[frozenset[int], frozenset[int]]:
 def run(args) -> int:
     check(args)
     app_cpus, redis_cpus = placement(args)
-    out_dir = Path(args.into) if args.into else results.new_run(Path(args.results),
-                                                                suffix="floor")
+    if args.lab_repeat:  # `lab run --floor`: the repeat's folder, the report the lab's
+        out_dir = results.repeat_dir(Path(args.into), args.lab_repeat)
+        out_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        out_dir = Path(args.into) if args.into else results.new_run(Path(args.results),
+                                                                    suffix="floor")
     say(f"floor: stage {STAGE}'s app in-process on CPU {hosts.format_cpus(app_cpus)}, Redis "
         f"on CPU {hosts.format_cpus(redis_cpus)} ({floor.REDIS_CPU[layout(args)]}); "
         f"{args.repeats} repeat(s) of {args.seconds:g} s per request type; results in "
@@ -324,8 +338,11 @@ def run(args) -> int:
             "cpus": {"app": hosts.format_cpus(app_cpus), "redis": hosts.format_cpus(redis_cpus)},
             "redis_cpu": layout(args),
             "seconds": args.seconds, "loop_us": loop_cost(), "box": box, "weights": WEIGHTS,
-            "repeats": figures}
+            "repeats": figures, **({"lab_repeat": args.lab_repeat} if args.lab_repeat else {})}
     floor.write(out_dir, data)
+    if args.lab_repeat:
+        say(f"{results.rel(out_dir / results.FLOOR_JSON)}: repeat {args.lab_repeat}'s floor")
+        return 0
     if args.into:
         from benchmarks.analysis import report
         report.write(out_dir.resolve())
@@ -343,11 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.floor",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3, help="runs of every request type (3)")
-    p.add_argument("--seconds", type=float, default=2.0,
+    p.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
                    help="seconds of requests per type and repeat (default 2)")
     p.add_argument("--into", type=Path, metavar="RUN_DIR",
                    help="write floor.json into this lab run's folder and rebuild its "
                         "report.md (each stage's server CPU per request against the floor)")
+    p.add_argument("--lab-repeat", type=int, metavar="K",
+                   help="with --into: write into repeat K's folder of the run and leave its "
+                        "report to the lab (`lab run --floor` runs it so after each repeat)")
     p.add_argument("--results", default=str(results.RESULTS),
                    help="where the study's own folder goes without --into (results/)")
     p.add_argument("--app-cpus", metavar="CPUS",
@@ -358,6 +378,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--redis-cpus", metavar="CPUS",
                    help="CPUs of Redis, instead of --redis-cpu's")
     return p
+
+
+def after_repeat(run_dir: Path, repeat: int, seconds: float,
+                 lab: hosts.Placement) -> None:
+    """`lab run --floor`: the study once (one pass of `seconds` per request type) into
+    repeat `repeat`'s folder of `run_dir`, the app on the CPUs of the stages' app host and
+    Redis on the server roles', as in the stages; its output to floor.log there. A
+    subprocess: the app it builds (its Socket.IO listener thread, its Redis pool) must not
+    outlive the study in the lab's process. Stopped (TERM: its Redis stopped too) on
+    Ctrl-C; StageFailed if it writes no floor."""
+    into = results.repeat_dir(run_dir, repeat)
+    into.mkdir(parents=True, exist_ok=True)
+    app = lab.cpus(["app"])["app"]
+    redis = (["--redis-cpu", "server"] if app == lab.server
+             else ["--redis-cpus", hosts.format_cpus(lab.server)])
+    cmd = [sys.executable, "-m", "benchmarks.studies.floor", "--repeats", "1", "--seconds",
+           f"{seconds:g}", "--into", str(run_dir), "--lab-repeat", str(repeat),
+           "--app-cpus", hosts.format_cpus(app), *redis]
+    log = into / results.FLOOR_LOG
+    say(f"lab: the floor of repeat {repeat} ({seconds:g} s per request type; "
+        f"{results.rel(log)})")
+    proc = procs.start(cmd, log=log, env=procs.child_env(), cwd=stages.ROOT)
+    try:
+        code = proc.wait(timeout=len(WEIGHTS) * (WARMUP_S + seconds) + 120)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        with sandbox.uninterrupted():  # a second Ctrl-C must not cut its Redis's stop short
+            procs.stop(proc)
+    if code != 0 or floor.read(into) is None:
+        said = (log.read_text(errors="replace").strip().splitlines() or ["(no output)"])[-1]
+        raise StageFailed(f"the floor study of repeat {repeat} failed (exit {code}): {said}; "
+                          f"see {results.rel(log)}")
 
 
 def main(argv=None) -> int:

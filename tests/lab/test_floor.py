@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import shutil
+import statistics
+from pathlib import Path
 
 import pytest
 from conftest import make_config, run_module
@@ -138,3 +141,149 @@ def test_a_request_that_fails_is_an_error_not_a_figure(redis_url):
     call = study.caller(app, "GET", "/users/me", b"", 200, token="not-a-token")
     with pytest.raises(StageFailed, match=r"GET /users/me: answered \['401 UNAUTHORIZED'\]"):
         call()
+
+
+def interleaved_run(tmp_path, app: tuple, server: tuple, floors: tuple) -> Path:
+    """A run of stage 8 with three repeats, as `lab run --stages 8 --repeats 3 --floor`
+    leaves it: the reference's stage 8 in each repeat's folder with app and server CPU per
+    request `app[k]`, `server[k]`, and beside it that repeat's floor.json, whose mix has
+    app CPU `floors[k][0]` and Redis CPU `floors[k][1]` (lab_repeat: k)."""
+    run_dir = tmp_path / "20260101-120000"
+    run_dir.mkdir()
+    shutil.copy(REFERENCE / results.RUN_JSON, run_dir / results.RUN_JSON)
+    stage = stages.get("8")
+    types = {"me": 1, "friends": 3}
+    for k in (1, 2, 3):
+        root = results.repeat_dir(run_dir, k)
+        shutil.copytree(results.stage_dir(REFERENCE, stage), results.stage_dir(root, stage))
+        path = results.stage_dir(root, stage) / results.METRICS_JSON
+        results.write_json(path, {**results.read_json(path), "app_cpu_ms_per_request":
+                                  app[k - 1], "server_cpu_ms_per_request": server[k - 1]})
+        mine, redis = floors[k - 1]
+        floor.write(root, {
+            "stage": "8", "settings": {}, "cpus": {"app": "1", "redis": "1"},
+            "redis_cpu": "server", "seconds": 0.1, "weights": types, "git_commit": "x",
+            "box": {"load_average": [1.0 * k, 1.5], "others_cpu_pct": 2.0 * k},
+            "lab_repeat": k, "repeats": [{t: {"requests": 50, "app_cpu_ms": mine,
+                                              "redis_cpu_ms": redis, "wall_ms": 1.0}
+                                          for t in types}]})
+    return run_dir
+
+
+def test_a_floor_per_repeat_gives_each_stage_a_paired_multiple(tmp_path):
+    """Three repeats, each with its floor: stage 8's app CPU 0.80, 0.90, 1.00 ms against
+    floors of 0.40, 0.40, 0.45 ms are the ratios 2, 2.25 and 2.22 (their product 10), by
+    hand: geometric mean 10^(1/3) = 2.154; the logs' sd 0.0647, so t = 20.54 with 2
+    degrees of freedom, where Student's t has closed forms: t95 = 0.95 / sqrt(2 x 0.975 x
+    0.025) = 4.303, p = 1 - t / sqrt(t^2 + 2) = 0.0024; the interval exp(mean log +-
+    t95 x sd / sqrt(3)) = [1.83, 2.53]. Without repeat 3's floor the report falls back to
+    the unpaired ratio and says so."""
+    run_dir = interleaved_run(tmp_path, app=(0.80, 0.90, 1.00), server=(1.5, 1.6, 1.4),
+                              floors=((0.40, 0.10), (0.40, 0.10), (0.45, 0.05)))
+    logs = [math.log(x) for x in (2.0, 2.25, 1.0 / 0.45)]
+    centre, sd = statistics.fmean(logs), statistics.stdev(logs)
+    se = sd / math.sqrt(3)
+    t95 = 0.95 / math.sqrt(2 * 0.975 * 0.025)
+    t = centre / se
+    p = 1 - t / math.sqrt(t * t + 2)
+    assert round(math.exp(centre), 6) == round(10 ** (1 / 3), 6)
+    assert (round(t, 2), round(p, 4), round(t95, 3)) == (20.54, 0.0024, 4.303)
+    low, high = math.exp(centre - t95 * se), math.exp(centre + t95 * se)
+    assert (round(low, 2), round(high, 2)) == (1.83, 2.53)
+
+    found = floor.floors(run_dir)
+    assert len(found) == 3 and floor.paired(run_dir, found)
+    [row] = floor.stages_against(run_dir, found, pair=True)
+    x = row["app_cpu_ms_per_request_x"]
+    assert x["n"] == 3 and round(x["ratio"], 9) == round(10 ** (1 / 3), 9)
+    assert (round(x["low"], 9), round(x["high"], 9)) == (round(low, 9), round(high, 9))
+    assert round(x["p"], 9) == round(p, 9) and x["significant"]
+    # every server role's against app + Redis: 1.5, 1.6, 1.4 over 0.5 each time
+    assert round(row["server_cpu_ms_per_request_x"]["ratio"], 9) == round(
+        (3.0 * 3.2 * 2.8) ** (1 / 3), 9)
+
+    text = floor.section(run_dir)  # report.md's (the lab run below writes one)
+    line = next(x for x in text[text.index("## The floor"):].splitlines()
+                if x.startswith("| 08-todays-stack |"))
+    assert "| 2.15x [1.83, 2.53], p = 0.002: significant |" in line, line
+    assert floor.PAIRED in text and floor.UNPAIRED not in text
+    assert "| 3 | 0.450 | 0.500 | 3 to 1.5 | 6% |" in text  # repeat 3's floor and box
+
+    (results.repeat_dir(run_dir, 3) / results.FLOOR_JSON).unlink()
+    assert not floor.paired(run_dir, floor.floors(run_dir))
+    text = floor.section(run_dir)
+    line = next(x for x in text[text.index("## The floor"):].splitlines()
+                if x.startswith("| 08-todays-stack |"))
+    unpaired = stats.ratio([0.80, 0.90, 1.00], [0.40, 0.40])
+    assert f"| {unpaired['ratio']:.2f}x [{unpaired['low']:.2f}, {unpaired['high']:.2f}] |" \
+        in line, line
+    assert floor.UNPAIRED in text and "p = " not in line
+
+
+def test_a_floor_written_later_into_a_run_is_not_paired(tmp_path):
+    """`python -m benchmarks.studies.floor --into` after the run (no lab_repeat) over
+    repeat 1's floor: measured apart from the repeats, so the multiple is unpaired."""
+    run_dir = interleaved_run(tmp_path, app=(0.8, 0.9, 1.0), server=(1.5, 1.6, 1.4),
+                              floors=((0.4, 0.1),) * 3)
+    data = floor.read(run_dir)
+    floor.write(run_dir, {k: v for k, v in data.items() if k != "lab_repeat"})
+    assert not floor.paired(run_dir, floor.floors(run_dir))
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_lab_run_with_floor_measures_a_floor_after_each_repeat(tmp_path):
+    """`lab run --stages 2 --repeats 2 --floor`, as short as it goes (about 30 s on the
+    shared 2-core box): each repeat's folder gets its floor (lab_repeat: that repeat),
+    measured as the stages are placed, and the report pairs each stage with them."""
+    code, output = run_module(
+        "benchmarks.lab", "run", "--stages", "2", "--repeats", "2", "--duration", "1",
+        "--warmup", "0", "--users", "5", "--no-screenshots", "--no-profile", "--floor",
+        "--floor-seconds", "0.1", "--results", str(tmp_path), timeout=300)
+    assert code == 0, output
+    run_dir = (tmp_path / results.LATEST).resolve()
+    assert results.run_info(run_dir)["parameters"]["floor_seconds"] == 0.1
+    lab = hosts.placement()
+    for k in (1, 2):
+        root = results.repeat_dir(run_dir, k)
+        data = floor.read(root)
+        assert data["lab_repeat"] == k and len(data["repeats"]) == 1 and data["seconds"] == 0.1
+        assert data["cpus"] == {"app": hosts.format_cpus(lab.server),
+                                "redis": hosts.format_cpus(lab.server)}
+        assert (root / results.FLOOR_LOG).exists()
+        assert f"lab: the floor of repeat {k} " in output
+    text = (run_dir / results.REPORT_MD).read_text()
+    assert floor.PAIRED in text and "| 2 | " in text  # repeat 2's own floor row
+    line = next(x for x in text[text.index("## The floor"):].splitlines()
+                if x.startswith("| 02-connection-pool |"))
+    assert line.count("p = ") == 2, line  # both multiples with their paired test
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--floor-seconds", "1"], "--floor-seconds 1 without --floor: add --floor"),
+    (["--floor", "--floor-seconds", "0.01"], r"--floor-seconds must be 0.05-60 \(got 0.01\)"),
+])
+def test_lab_floor_options_are_refused_when_bad(argv, said):
+    from benchmarks import lab as lab_cli
+    args = lab_cli.build_parser().parse_args(["run", "--stages", "2", *argv])
+    with pytest.raises(options.OptionsError, match=said):
+        options.from_args(args)
+    ok = lab_cli.build_parser().parse_args(["run", "--stages", "2", "--floor"])
+    assert options.from_args(ok).floor_seconds == study.DEFAULT_SECONDS
+    assert options.from_args(lab_cli.build_parser().parse_args(
+        ["run", "--stages", "2"])).floor_seconds is None
+
+
+def test_lab_floor_with_a_target_is_refused_before_anything_starts(tmp_path):
+    code, output = run_module("benchmarks.lab", "run", "--target", "http://127.0.0.1:9",
+                              "--floor", "--results", str(tmp_path), timeout=60)
+    assert code == 2 and output.count("\n") == 1, output
+    assert output.startswith("lab: --floor measures stage 8's app on this machine"), output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lab_repeat_needs_into(tmp_path):
+    parsed = study.build_parser().parse_args(["--lab-repeat", "2", "--results", str(tmp_path)])
+    with pytest.raises(options.OptionsError, match="--lab-repeat 2: give it with --into"):
+        study.run(parsed)
+    assert list(tmp_path.iterdir()) == []
