@@ -130,19 +130,30 @@ def table(runs: list[dict]) -> str:
             if found["mean"] is None:
                 cells.append("-")
             elif found["low"] is None:
-                cells.append(f"{found['mean']:.3g}")
+                cells.append(figure(found["mean"]))
             else:
-                cells.append(f"{found['mean']:.3g} [{found['low']:.3g}, {found['high']:.3g}]")
+                cells.append(f"{figure(found['mean'])} [{figure(found['low'])}, "
+                             f"{figure(found['high'])}]")
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def figure(value: float) -> str:
+    """Three significant digits, and whole numbers from 100 on (33,000, not 3.3e+04)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.slow_call",
                                      description="One slow call among fast ones, per server.")
     parser.add_argument("--seconds", type=float, default=10.0, help="per run (10)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per server (3)")
     parser.add_argument("--json", dest="json_out", type=Path, help="every run, here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.seconds < 1 or args.repeats < 1:
         parser.error("--seconds must be at least 1 and --repeats at least 1")
