@@ -230,35 +230,6 @@ def test_a_floor_written_later_into_a_run_is_not_paired(tmp_path):
     assert not floor.paired(run_dir, floor.floors(run_dir))
 
 
-@pytest.mark.netns
-@pytest.mark.slow
-def test_lab_run_with_floor_measures_a_floor_after_each_repeat(tmp_path):
-    """`lab run --stages 2 --repeats 2 --floor`, as short as it goes (about 30 s on the
-    shared 2-core box): each repeat's folder gets its floor (lab_repeat: that repeat),
-    measured as the stages are placed, and the report pairs each stage with them."""
-    code, output = run_module(
-        "benchmarks.lab", "run", "--stages", "2", "--repeats", "2", "--duration", "1",
-        "--warmup", "0", "--users", "5", "--no-screenshots", "--no-profile", "--floor",
-        "--floor-seconds", "0.1", "--results", str(tmp_path), timeout=300)
-    assert code == 0, output
-    run_dir = (tmp_path / results.LATEST).resolve()
-    assert results.run_info(run_dir)["parameters"]["floor_seconds"] == 0.1
-    lab = hosts.placement()
-    for k in (1, 2):
-        root = results.repeat_dir(run_dir, k)
-        data = floor.read(root)
-        assert data["lab_repeat"] == k and len(data["repeats"]) == 1 and data["seconds"] == 0.1
-        assert data["cpus"] == {"app": hosts.format_cpus(lab.server),
-                                "redis": hosts.format_cpus(lab.server)}
-        assert (root / results.FLOOR_LOG).exists()
-        assert f"lab: the floor of repeat {k} " in output
-    text = (run_dir / results.REPORT_MD).read_text()
-    assert floor.PAIRED in text and "| 2 | " in text  # repeat 2's own floor row
-    line = next(x for x in text[text.index("## The floor"):].splitlines()
-                if x.startswith("| 02-connection-pool |"))
-    assert line.count("p = ") == 2, line  # both multiples with their paired test
-
-
 @pytest.mark.parametrize("argv, said", [
     (["--floor-seconds", "1"], "--floor-seconds 1 without --floor: add --floor"),
     (["--floor", "--floor-seconds", "0.01"], r"--floor-seconds must be 0.05-60 \(got 0.01\)"),

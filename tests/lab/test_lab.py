@@ -116,11 +116,13 @@ def full_run(tmp_path_factory):
     """One short run of every stage above; the results folder. 50 users, the lab's
     default, which the failure twins need (2b's accept queue of 16 overflows only past
     4 workers + 17 waiting: at 20 users its p99 stayed at 290 ms). Without the Sockets
-    tab's screenshots (5-9 s a stage): two of them are taken from its folders below."""
+    tab's screenshots (5-9 s a stage): two of them are taken from its folders below. With
+    the floor after the stages (`--floor`, as short as it goes: a few seconds), which
+    test_the_floor_after_the_stages_is_measured_as_they_are_placed reads."""
     out = tmp_path_factory.mktemp("lab-results")
     proc = lab("run", "--stages", FULL_SPEC, "--duration", "5", "--warmup", "1", "--users", "50",
-               "--spawn-rate", "50", "--no-screenshots", "--results", str(out),
-               timeout=900)
+               "--spawn-rate", "50", "--no-screenshots", "--floor", "--floor-seconds", "0.1",
+               "--results", str(out), timeout=900)
     run_dir = (out / "latest").resolve()
     (out / "lab-output.txt").write_text(proc.stdout + proc.stderr)
     return {"proc": proc, "run_dir": run_dir, "results": out}
@@ -416,3 +418,27 @@ def test_the_labs_make_lab_outputs_have_the_shape_of_a_run_now(full_run):
                           and shape(as_run(ln)) not in printed]
     assert checked >= 6, checked
     assert not stale, "lines `lab run` no longer prints:\n" + "\n".join(stale)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_floor_after_the_stages_is_measured_as_they_are_placed(full_run):
+    """`lab run --floor`: the run's folder (its one repeat) gets the floor, measured with
+    the app and Redis on the server roles' CPU, as the stages are placed, and the report
+    gives every stage as a multiple of it, paired within the repeat (one repeat: no
+    test). Two repeats' floors paired: test_floor.py, on run folders made for it."""
+    from benchmarks.analysis import floor
+
+    run_dir, output = full_run["run_dir"], full_run["proc"].stdout
+    data = floor.read(run_dir)
+    assert data["lab_repeat"] == 1 and data["seconds"] == 0.1, data
+    lab = hosts.placement()
+    assert data["cpus"] == {"app": hosts.format_cpus(lab.server),
+                            "redis": hosts.format_cpus(lab.server)}
+    assert (run_dir / results.FLOOR_LOG).exists()
+    assert "lab: the floor of repeat 1 " in output
+    text = (run_dir / results.REPORT_MD).read_text()
+    section = text[text.index("## The floor"):]
+    assert floor.PAIRED in section
+    for stage in FULL:
+        assert f"| {stage.dirname} |" in section, stage.key
