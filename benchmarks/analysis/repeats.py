@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.analysis import stats
+from benchmarks.checks import counted
 from benchmarks.run import results
 
 FIGURES = ("rps", "p95_ms")  # the figures given a mean and an interval
@@ -35,7 +36,7 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
                                                  "failed_checks": [], "values": {},
                                                  "rps_by_repeat": {}})
             m = results.read_json(folder / results.METRICS_JSON)
-            checks = results.read_json(folder / results.CHECKS_JSON)
+            checks = counted(results.read_json(folder / results.CHECKS_JSON))
             entry["repeats"] += 1
             entry["passed"] += all(c["passed"] for c in checks)
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]

@@ -50,6 +50,8 @@ class RunOptions:
     profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
     slo: tuple[slo.Objective, ...] = ()  # objectives each stage must meet (--slo), else exit 1
     arrival_rate: float | None = None  # the open model: requests started a second (arrivals.py)
+    # checks left out by name (--leave-out-checks): still judged and shown, never counted
+    leave_out_checks: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.stages:
@@ -86,6 +88,10 @@ class RunOptions:
             raise OptionsError(f"stage(s) {', '.join(several)} run two app hosts, which need "
                                "--sandbox netns (root and iproute2); leave them out of "
                                "--stages on the host")
+        unknown = sorted(set(self.leave_out_checks) - check_names())
+        if unknown:
+            raise OptionsError(f"--leave-out-checks: no check is named {', '.join(unknown)}; "
+                               f"the checks: {', '.join(sorted(check_names()))}")
         missing = procs.missing_environments(self.stages)
         if missing:
             raise OptionsError("\n".join(missing))
@@ -112,7 +118,13 @@ class RunOptions:
                 "app_hosts": {s.key: s.app_hosts for s in self.stages},
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
                 "repeats": self.repeats, "profile": self.profile,
-                "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate}
+                "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate,
+                "leave_out_checks": list(self.leave_out_checks)}
+
+
+def check_names() -> set[str]:
+    """Every stage's checks, by the name checks.json gives them (the metric's)."""
+    return {c.metric for s in stages.STAGES for c in s.checks}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -177,7 +189,9 @@ def from_args(args) -> RunOptions:
         screenshots=args.screenshots, client_hosts=args.client_hosts,
         repeats=getattr(args, "repeats", 1), profile=args.profile,
         slo=objectives(getattr(args, "slo", None)),
-        arrival_rate=getattr(args, "arrival_rate", None))
+        arrival_rate=getattr(args, "arrival_rate", None),
+        leave_out_checks=tuple(n for n in getattr(args, "leave_out_checks", "").replace(
+            ",", " ").split()))
 
 
 def objectives(spec: str | None) -> tuple[slo.Objective, ...]:
