@@ -24,7 +24,9 @@ UV_COMPILE := $(VENV_LOCK)/bin/uv pip compile --quiet --no-config --universal --
   --python-version 3.11 --default-index https://pypi.org/simple --custom-compile-command "make lock"
 # Lab knobs (see README): which stages (a set: main, gevent, scale-out, failures,
 # today, everything; or keys), seconds measured per stage, how many times
-# each stage runs (interleaved), Locust users.
+# each stage runs (interleaved), Locust users. LAB_ARGS: more `lab run` options, e.g.
+# LAB_ARGS=--strict, which makes `make lab` fail (the lab exits 3) when a check fails;
+# the lab's last line names every failed check either way.
 STAGES ?= main
 DURATION ?= 30
 REPEATS ?= 1
@@ -174,9 +176,11 @@ book: setup
 	$(PY) -m benchmarks.lab book --duration $(DURATION) $(LAB_ARGS)
 
 # The image (Containerfile), built with podman FROM a Debian 12 base made here by
-# debootstrap (no registry): `image` builds it, `image-test` builds it and runs the box
-# check, a short lab, `lab up 0` through a port mapping and test-fast inside it
-# (docs/image.md). Root; installs podman and debootstrap when missing.
+# debootstrap (no registry): `image` builds it, `image-test` builds it and runs the
+# CPU count, the box check, a short lab (--strict), `lab up 0` through a port mapping
+# and test-fast inside it, with Docker's 64 MB /dev/shm (docs/image.md). SUITE=trixie:
+# on Debian 13, the main line; ARCH=arm64: built and run under qemu-user. Root;
+# installs podman and debootstrap (and qemu-user-static for ARCH=arm64) when missing.
 image:
 	bash setup/image-test.sh --build-only
 

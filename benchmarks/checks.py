@@ -50,6 +50,55 @@ class Check:
                 "==": value == self.threshold}[self.op]
 
 
+# A check left out by name (`lab run --leave-out-checks`, for emulation, where the
+# checks that depend on speed cannot hold): still measured and shown, never counted,
+# and always said.
+LEFT_OUT = "left out (--leave-out-checks)"
+
+
+def counted(results: list[dict]) -> list[dict]:
+    """The check results (checks.json's entries) that count: all but those left out."""
+    return [c for c in results if not c.get("left_out")]
+
+
+def _where(r: dict) -> str:
+    again = f" (repeat {r['repeat']})" if r.get("repeat", 1) > 1 else ""
+    return f"stage {r['stage'].key}{again}"
+
+
+def _figure(c: dict) -> str:
+    measured = c["measured"]
+    shown = ("no figure" if measured is None
+             else f"{measured:g}" if isinstance(measured, float) else str(measured))
+    return f"{c['name']} ({shown}, wants {c['expected'].removeprefix(c['name']).strip()})"
+
+
+def failures(done: list[dict]) -> list[str]:
+    """Each counted check that failed, as `stage 2 tw_front_per_request (0, wants >= 0.2)`.
+    `done`: the runner's results ({"stage", "checks", "repeat"}, one per stage run)."""
+    return [f"{_where(r)} {_figure(c)}" for r in done for c in counted(r["checks"])
+            if not c["passed"]]
+
+
+def verdict_line(done: list[dict], strict: bool = False) -> str:
+    """The last line of `lab run`, one a person notices: how many of the run's checks
+    passed; each failed one with its stage, figure and threshold; those left out by name."""
+    if not done:
+        return "lab: no check ran (no stage was measured)"
+    total = sum(len(counted(r["checks"])) for r in done)
+    failed = failures(done)
+    left = [f"{_where(r)} {c['name']}" for r in done for c in r["checks"] if c.get("left_out")]
+    if failed:
+        line = f"lab: {len(failed)} of {total} checks FAILED: {'; '.join(failed)}"
+    else:
+        line = f"lab: {total} of {total} checks passed"
+    if left:
+        line += f"; {len(left)} left out by name (--leave-out-checks): {', '.join(left)}"
+    if failed and strict:
+        line += " (--strict: exit 3)"
+    return line
+
+
 
 def _ge(metric, threshold, why):
     return Check(metric, ">=", threshold, why)

@@ -1,14 +1,29 @@
 #!/bin/sh
-# Makes the image's base with no container registry: Debian 12 (minbase) by
-# debootstrap from Debian's own mirror, imported into podman as `debian:12`
-# (stored as localhost/debian:12) with the PATH and CMD of Docker's debian:12.
-# `make image-test` builds FROM it with --pull=never: nothing is pulled from a registry.
+# Makes the image's base with no container registry: Debian (minbase) by debootstrap
+# from Debian's own mirror, imported into podman with the PATH and CMD of Docker's
+# debian images. `make image-test` builds FROM it with --pull=never: nothing is pulled
+# from a registry. SUITE (bookworm, trixie) and ARCH (amd64, arm64: a foreign one runs
+# through qemu-user, registered with binfmt_misc) choose it; the name says both:
+#   debian:12 (bookworm, this machine's arch), debian:13 (trixie), debian:12-arm64 ...
+# (podman stores them as localhost/NAME).
 #   sh setup/debian-base.sh           # make it unless podman already has it
 #   sh setup/debian-base.sh --force   # make it again
+#   SUITE=trixie ARCH=arm64 sh setup/debian-base.sh --name   # print the name only
 set -eu
 PATH="$PATH:/usr/sbin:/sbin"
-NAME=debian:12
-SUITE=bookworm
+SUITE=${SUITE:-bookworm}
+HOST_ARCH=$(dpkg --print-architecture 2>/dev/null || echo amd64)
+ARCH=${ARCH:-$HOST_ARCH}
+case $SUITE in
+    bookworm) NAME=debian:12 ;;
+    trixie) NAME=debian:13 ;;
+    *) echo "debian-base: SUITE=$SUITE: bookworm (Debian 12) or trixie (Debian 13)" >&2; exit 2 ;;
+esac
+case $ARCH in
+    amd64|arm64) ;;
+    *) echo "debian-base: ARCH=$ARCH: amd64 or arm64" >&2; exit 2 ;;
+esac
+[ "$ARCH" = "$HOST_ARCH" ] || NAME=$NAME-$ARCH
 # ca-certificates: the host's pip and apt configuration may name
 # /etc/ssl/certs/ca-certificates.crt, and a build step must not have to install it
 INCLUDE=ca-certificates
@@ -25,13 +40,20 @@ host_mirror() {
 }
 
 # The host's apt configuration the base keeps: its Debian sources (only those that
-# name Debian's archive, whose keys the base has) and Acquire settings (proxies,
-# date checks for snapshots); nothing that runs hooks.
+# name Debian's archive, whose keys the base has; the host's release renamed to SUITE,
+# so bookworm-updates becomes trixie-updates) and Acquire settings (proxies, date
+# checks for snapshots); nothing that runs hooks.
 copy_apt_config() {
     root=$1
+    host_suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
     for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
         [ -f "$f" ] && grep -q -E 'https?://[^ ]*debian\.(org|net)/' "$f" || continue
-        cp "$f" "$root/etc/apt/sources.list.d/"
+        if [ -n "$host_suite" ]; then
+            sed "s/\\b$host_suite\\b/$SUITE/g" "$f" \
+                >"$root/etc/apt/sources.list.d/${f##*/}"
+        else
+            cp "$f" "$root/etc/apt/sources.list.d/"
+        fi
         : >"$root/etc/apt/sources.list"  # the copied sources replace debootstrap's line
     done
     for f in /etc/apt/apt.conf.d/*; do
@@ -62,19 +84,21 @@ make_base() {
     trap 'remove_tree "$work"' EXIT
     trap 'exit 130' INT TERM
     mirror=$(host_mirror)
-    say "debootstrap --variant=minbase $SUITE from $mirror"
-    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$work/root" "$mirror" \
+    say "debootstrap --variant=minbase --arch=$ARCH $SUITE from $mirror"
+    debootstrap --variant=minbase --arch="$ARCH" --include="$INCLUDE" "$SUITE" "$work/root" "$mirror" \
         >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log"; exit 1; }
     copy_apt_config "$work/root"
     slim "$work/root"
     tar -C "$work/root" --numeric-owner -c . |
-        podman import --change 'CMD ["/bin/bash"]' \
+        podman import --arch "$ARCH" --os linux --change 'CMD ["/bin/bash"]' \
             --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             - "$NAME" >/dev/null
     say "imported as $NAME ($(podman image inspect --format '{{.Size}}' "$NAME") bytes)"
 }
 
-if [ "${1:-}" != --force ] && podman image exists "$NAME"; then
+if [ "${1:-}" = --name ]; then
+    echo "$NAME"
+elif [ "${1:-}" != --force ] && podman image exists "$NAME"; then
     say "$NAME is already in podman's storage (delete it, or --force, to make it again)"
 else
     make_base

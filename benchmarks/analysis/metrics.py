@@ -511,17 +511,20 @@ def answered(metrics: dict) -> int:
     return (metrics.get("requests") or 0) - (metrics.get("failures") or 0)
 
 
-def evaluate(stage: Stage, metrics: dict) -> list[dict]:
+def evaluate(stage: Stage, metrics: dict, leave_out: tuple[str, ...] = ()) -> list[dict]:
     """The stage's checks against its metrics: [{name, expected, measured, passed, why}].
 
     A stage that answered no request shows nothing, whatever its numbers say: every
     check fails then, and says why. An optional check without its figure is left out.
+    A check named in `leave_out` is judged all the same and marked `left_out`
+    (checks.counted leaves it out of every count).
     """
     served = answered(metrics) > 0
     return [{"name": c.metric, "expected": c.expected(), "measured": metrics.get(c.metric),
              "passed": served and c.passes(metrics.get(c.metric),
                                            metrics.get("profile_samples")),
-             "why": c.why if served else f"no request was answered; {c.why}"}
+             "why": c.why if served else f"no request was answered; {c.why}",
+             **({"left_out": True} if c.metric in leave_out else {})}
             for c in stage.checks if not (c.optional and metrics.get(c.metric) is None)]
 
 

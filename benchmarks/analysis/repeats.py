@@ -16,6 +16,7 @@ from pathlib import Path
 
 from benchmarks import latency_log, stages
 from benchmarks.analysis import metrics, stats
+from benchmarks.checks import counted
 from benchmarks.run import results
 
 FIGURES = ("rps", "p95_ms")  # the figures given an interval in summary.csv
@@ -63,7 +64,7 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
                                                  "failed_checks": [], "values": {},
                                                  "by_repeat": {}, "sources": set()})
             m = results.read_json(folder / results.METRICS_JSON)
-            checks = results.read_json(folder / results.CHECKS_JSON)
+            checks = counted(results.read_json(folder / results.CHECKS_JSON))
             entry["repeats"] += 1
             entry["passed"] += all(c["passed"] for c in checks)
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]

@@ -57,6 +57,8 @@ class RunOptions:
     # `--floor`: the floor study after each repeat's stages, this many seconds per request
     # type (benchmarks/studies/floor.py after_repeat); None: no floor
     floor_seconds: float | None = None
+    # checks left out by name (--leave-out-checks): still judged and shown, never counted
+    leave_out_checks: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.stages:
@@ -97,6 +99,10 @@ class RunOptions:
         if self.floor_seconds is not None and not least <= self.floor_seconds <= most:
             raise OptionsError(f"--floor-seconds must be {least:g}-{most:g} (got "
                                f"{self.floor_seconds:g})")
+        unknown = sorted(set(self.leave_out_checks) - check_names())
+        if unknown:
+            raise OptionsError(f"--leave-out-checks: no check is named {', '.join(unknown)}; "
+                               f"the checks: {', '.join(sorted(check_names()))}")
         missing = procs.missing_environments(self.stages)
         if missing:
             raise OptionsError("\n".join(missing))
@@ -124,7 +130,14 @@ class RunOptions:
                 "locust_args": shlex.join(self.locust_args), "cpus": self.placement.as_dict(),
                 "repeats": self.repeats, "profile": self.profile,
                 "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate,
-                "floor_seconds": self.floor_seconds}
+                "floor_seconds": self.floor_seconds,
+
+                "leave_out_checks": list(self.leave_out_checks)}
+
+
+def check_names() -> set[str]:
+    """Every stage's checks, by the name checks.json gives them (the metric's)."""
+    return {c.metric for s in stages.STAGES for c in s.checks}
 
 
 def on_sandbox(opts: RunOptions, sandbox: str, spec: str) -> tuple[RunOptions, str | None]:
@@ -190,7 +203,9 @@ def from_args(args) -> RunOptions:
         repeats=getattr(args, "repeats", 1), profile=args.profile,
         slo=objectives(getattr(args, "slo", None)),
         arrival_rate=getattr(args, "arrival_rate", None),
-        floor_seconds=floor_seconds(args))
+        floor_seconds=floor_seconds(args),
+        leave_out_checks=tuple(n for n in getattr(args, "leave_out_checks", "").replace(
+            ",", " ").split()))
 
 
 def floor_seconds(args) -> float | None:

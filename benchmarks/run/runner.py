@@ -301,10 +301,12 @@ def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOpti
         return measure(load, stage_dir, users_file, opts, user_classes)
 
 
-def evaluate_stage(stage: Stage, stage_dir: Path) -> tuple[dict, list[dict]]:
-    """metrics.json and checks.json of a measured stage folder; (metrics, checks)."""
+def evaluate_stage(stage: Stage, stage_dir: Path,
+                   leave_out: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
+    """metrics.json and checks.json of a measured stage folder; (metrics, checks), the
+    checks named in `leave_out` marked as such."""
     result = metrics.compute(stage_dir, stage)
-    checks = metrics.evaluate(stage, result)
+    checks = metrics.evaluate(stage, result, leave_out)
     results.write_json(stage_dir / results.METRICS_JSON, result)
     results.write_json(stage_dir / results.CHECKS_JSON, checks)
     return result, checks
@@ -399,7 +401,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
         "latency_log": results.latency_log(stage),
         **access_logs.server_latency(stage_dir / results.latency_log(stage), latency_from)})
     nginx_errors.summarize(stage_dir)
-    result, checks = evaluate_stage(stage, stage_dir)
+    result, checks = evaluate_stage(stage, stage_dir, opts.leave_out_checks)
     progress.say_outcome(result, checks, stage_dir)
     judged = judge_objectives(stage_dir, result, opts)
     if opts.screenshots and screenshot:
@@ -521,8 +523,8 @@ def run_stages(opts: RunOptions, run_dir: Path,
             if opts.sandbox == "host" and (i > 0 or repeat > 1):
                 sandbox.wait_for_time_wait_drain(limit=200, say=say)
             try:
-                done.append(run_stage(stage, into, opts, shown, screenshot if repeat == 1
-                                      else None))
+                done.append({**run_stage(stage, into, opts, shown, screenshot if repeat == 1
+                                         else None), "repeat": repeat})
                 if repeat == 1:
                     info["stages"][stage.key] = {"dir": stage.dirname,
                                                  "hosts": done[-1]["hosts"],
