@@ -353,10 +353,10 @@ versions() {
     python3 - "$run" <<'PY'
 import json, sys
 info = json.load(open(sys.argv[1]))
-found = {"Python": (info.get("environments") or {}).get(".venv", {}).get("python")
-         or info.get("python"),
-         "Redis": info.get("redis-server"), "Nginx": info.get("nginx"),
-         "Chromium": info.get("chromium")}
+versions = info.get("versions") or {}
+found = {"Python": info.get("python"), "Redis": versions.get("redis-server"),
+         "Nginx": versions.get("nginx"),
+         "Chromium": versions.get("chromium") or info.get("chromium")}
 print("image-test: run.json: " + ", ".join(f"{k} {v or 'not recorded'}" for k, v in found.items()))
 sys.exit(0 if all(found[k] for k in ("Python", "Redis", "Nginx")) else 1)
 PY
