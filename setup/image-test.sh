@@ -321,13 +321,13 @@ interrupt() {
 # warm-up's 265 all through it), so its client TIME_WAIT per request read 0.0.
 SPEED_CHECKS=tw_front_per_request
 
-# `make lab STAGES DURATION` with --strict (a failed check fails the step, named in the
-# lab's last line) and more LAB_ARGS; it writes results/<timestamp>/ into the mounted
+# setup/ready-lab.sh: `make lab STAGES DURATION` with --strict (a failed check fails the
+# step, named in the lab's last line) and more LAB_ARGS; it writes results/<timestamp>/ into the mounted
 # folder: the run must be there, with a screenshot of Locust's Sockets tab per stage.
 lab_step() {
     local stages=$1 duration=$2 args=${3:-}
-    in_ctr make lab STAGES="$stages" DURATION="$duration" LAB_ARGS="--strict $args" ||
-        return 1
+    # shellcheck disable=SC2086  # LAB_ARGS: one word an option
+    in_ctr sh setup/ready-lab.sh "$stages" "$duration" $args || return 1
     local run shots measured
     run=$(readlink -f "$RESULTS/latest") && [ -f "$run/run.json" ] ||
         { say "no run in $RESULTS (the mounted /lab/results)"; return 1; }
@@ -395,7 +395,7 @@ ui_through_mapping() {
 # qemu-user: "GPU process isn't usable", a trap with --single-process), the checks
 # that depend on speed left out by name.
 inside() {
-    step cpus in_ctr sh setup/cpu-check.sh ||
+    step cpus in_ctr sh setup/preflight.sh cpus-check ||
         { skip "inside" "fewer than 2 CPUs (the cpus step's line says how to give more)"; return; }
     step box-check in_ctr make box-check
     if [ "$ARCH" != "$HOST_ARCH" ]; then

@@ -5,14 +5,15 @@
 # the command that fixes it; the first one stops make.
 #   sh setup/preflight.sh box PYTHON
 #   sh setup/preflight.sh netns
-#   sh setup/preflight.sh cpus
+#   sh setup/preflight.sh cpus          (the count)
+#   sh setup/preflight.sh cpus-check    (the note and status 1 below 2: make image-test)
 set -u
 PATH="$PATH:/usr/sbin:/sbin"
 
 fail() { echo "setup: $*" >&2; exit 1; }
 
 # The distributions the lab was tried on, as /etc/os-release names them.
-TRIED="debian:12"
+TRIED="debian:12 debian:13"
 
 check_system() {
     [ "$(uname -s)" = Linux ] || fail "the lab needs Linux (network namespaces, /proc); this is $(uname -s)"
@@ -22,7 +23,7 @@ check_system() {
         . /etc/os-release
         case " $TRIED " in
             *" ${ID:-}:${VERSION_ID:-} "*) ;;
-            *) echo "setup: note: ${PRETTY_NAME:-this system} is not one the lab was tried on (Debian 12); going on" >&2 ;;
+            *) echo "setup: note: ${PRETTY_NAME:-this system} is not one the lab was tried on (Debian 12 and 13); going on" >&2 ;;
         esac
     fi
 }
@@ -55,38 +56,46 @@ check_netns() {
     ip netns delete "$ns"
 }
 
-# The CPUs this box really gives the lab: its affinity (nproc) capped by the cgroup's
-# CPU quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us), as `docker run --cpus` and a VM's
-# or Docker Desktop's CPU setting set them.
+# The CPUs this box really gives the lab: its affinity (nproc) capped by the CPU quota
+# of its cgroup and of each one above it (cgroup v2 cpu.max; v1 cpu.cfs_quota_us), as
+# `docker run --cpus`, a Kubernetes limit and Docker Desktop's or a VM's setting set them.
 usable_cpus() {
     n=$(nproc)
-    quota=""
     v2=$(sed -n 's/^0:://p' /proc/self/cgroup 2>/dev/null)
     v1=$(sed -n -E 's/^[0-9]+:([^:]*,)?cpu(,[^:]*)?:(.*)$/\3/p' /proc/self/cgroup 2>/dev/null)
-    if [ -n "$v2" ] && [ -r "/sys/fs/cgroup${v2%/}/cpu.max" ]; then
-        read -r q p <"/sys/fs/cgroup${v2%/}/cpu.max"
-        [ "$q" = max ] || quota=$(( (q + p - 1) / p ))
-    elif [ -n "$v1" ] && [ -r "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_quota_us" ]; then
+    while [ -n "$v2" ]; do
+        if [ -r "/sys/fs/cgroup${v2%/}/cpu.max" ]; then
+            read -r q p <"/sys/fs/cgroup${v2%/}/cpu.max"
+            [ "$q" = max ] || n=$(at_most "$n" $(( (q + p - 1) / p )))
+        fi
+        [ "$v2" = / ] && break
+        v2=$(dirname "$v2")
+    done
+    if [ -n "$v1" ] && [ -r "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_quota_us" ]; then
         q=$(cat "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_quota_us")
         p=$(cat "/sys/fs/cgroup/cpu${v1%/}/cpu.cfs_period_us")
-        [ "$q" -gt 0 ] && quota=$(( (q + p - 1) / p ))
+        [ "$q" -gt 0 ] && n=$(at_most "$n" $(( (q + p - 1) / p )))
     fi
-    [ -n "$quota" ] && [ "$quota" -lt "$n" ] && n=$quota
     echo "$n"
 }
 
-# Fewer than 2 CPUs: the lab still runs, with the servers and Locust on one CPU, whose
-# numbers then depend on Locust's own CPU; one line says how to give more.
+at_most() { if [ "$2" -lt "$1" ]; then echo "$2"; else echo "$1"; fi; }
+
+# Fewer than 2 CPUs: one line that says how to give more, and status 1. The lab still
+# runs (the box check goes on), with the servers and Locust on one CPU, whose numbers
+# then depend on Locust's own CPU; `make image-test` stops there.
 check_cpus() {
     n=$(usable_cpus)
     [ "$n" -ge 2 ] && return 0
-    echo "setup: note: this box gives the lab $n CPU; it wants 2 (the servers on one, Locust on the other): Docker Desktop: Settings > Resources > CPUs; docker run --cpus 2; Lima or Multipass: --cpus 2; WSL: processors= in .wslconfig. Going on" >&2
+    echo "setup: note: this box gives the lab $n CPU; it wants 2 (the servers on one, Locust on the other): Docker Desktop: Settings > Resources > CPUs; docker run --cpus 2; Lima or Multipass: --cpus 2; WSL: processors= in .wslconfig" >&2
+    return 1
 }
 
 MAKE_GOAL=${MAKE_GOAL:-setup}
 case "${1:-}" in
     box) check_system; check_python "${2:-python3}" ;;
-    netns) check_netns; check_cpus ;;
+    netns) check_netns; check_cpus || true ;;
     cpus) usable_cpus ;;
-    *) fail "usage: sh setup/preflight.sh box PYTHON | netns | cpus" ;;
+    cpus-check) check_cpus ;;
+    *) fail "usage: sh setup/preflight.sh box PYTHON | netns | cpus | cpus-check" ;;
 esac

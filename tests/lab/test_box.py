@@ -236,8 +236,12 @@ def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parse
     parsed = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True,
                             timeout=10)
     assert parsed.returncode == 0, parsed.stderr
-    # "ready" means every check passed: the short lab is strict
-    assert "make lab STAGES=0,2 DURATION=5 LAB_ARGS=--strict" in script.read_text()
+    # "ready" means every check passed: the short lab is setup/ready-lab.sh's, strict, and
+    # its failure ends lab-ready with status 1 (tests/lab/test_strict.py fails it for real)
+    text = script.read_text()
+    assert "if ! sh setup/ready-lab.sh 0,2 5; then" in text
+    failing = text.split("if ! sh setup/ready-lab.sh 0,2 5; then", 1)[1].split("fi\n", 1)[0]
+    assert failing.strip().endswith("exit 1") and "NOT ready" in failing
 
 
 @pytest.mark.parametrize("platform, address", [("nocloud", "0.0.0.0"), ("lxd", "0.0.0.0"),

@@ -116,8 +116,8 @@ def test_a_windows_checkout_keeps_lf_and_its_install_starts(tmp_path):
 
 # --- the CPUs a box gives the lab ------------------------------------------------------
 
-def usable_cpus(prefix: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, "sh", str(PREFLIGHT), "cpus"], cwd=ROOT, text=True,
+def usable_cpus(prefix: list[str], mode: str = "cpus") -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, "sh", str(PREFLIGHT), mode], cwd=ROOT, text=True,
                           capture_output=True, timeout=30)
 
 
@@ -132,6 +132,12 @@ def test_the_cpus_a_box_gives_count_its_affinity_and_its_cpu_quota(tmp_path):
                           text=True, capture_output=True, timeout=30)
     if said.returncode == 0:    # root, a netns here: the note, and the check goes on
         assert said.stderr.startswith("setup: note: this box gives the lab 1 CPU; it wants 2")
+    # make image-test's `cpus` step: the same line, and it stops there (status 1)
+    stop = usable_cpus(["taskset", "-c", "0"], "cpus-check")
+    assert stop.returncode == 1 and stop.stderr.count("\n") == 1, stop
+    for fix in ("Docker Desktop: Settings > Resources > CPUs", "docker run --cpus 2"):
+        assert fix in stop.stderr
+    assert usable_cpus([], "cpus-check").returncode == 0
     cpu = "/sys/fs/cgroup/cpu"
     if os.geteuid() != 0 or not os.path.exists(f"{cpu}/cpu.cfs_quota_us"):
         pytest.skip("the quota's part needs root and cgroup v1's cpu controller")
