@@ -15,6 +15,7 @@ import sys
 import pytest
 from conftest import need_browser
 
+from benchmarks import checks as checks_mod
 from benchmarks import lab as lab_cli
 from benchmarks import stages
 from benchmarks.analysis import metrics, repeats
@@ -170,8 +171,12 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         assert m["server_p95_ms"] > 0 and m["server_p95_ms"] >= m["server_p50_ms"], stage.key
         # what else ran on the server's CPUs, as a share of them
         assert 0 <= m["foreign_cpu_pct"] <= 100 and 0 <= m["foreign_cpu_p95"] <= 100, stage.key
-        if "SocketIOChatUser" in stage.users:  # every Socket.IO user opened a session
-            assert m["sio_sessions"] >= 10, (stage.key, m["sio_sessions"])
+        if "SocketIOChatUser" in stage.users:  # every Socket.IO user opened a session,
+            # but where requests are meant to fail (stage 4's 502s once no local port is
+            # free, 5w's cut-off connections) a handshake may meet one too
+            meant_to_fail = {checks_mod.FAILED, checks_mod.CUT_OFF} & set(stage.checks)
+            least = 1 if meant_to_fail else 10
+            assert m["sio_sessions"] >= least, (stage.key, m["sio_sessions"])
         for c in checks:
             assert set(c) >= {"name", "expected", "measured", "passed"}
 
