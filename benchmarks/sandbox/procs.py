@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,6 +116,15 @@ def require_binary(name: str, hint: str) -> str:
     if not path:
         raise ServiceError(f"{name} not found on PATH. {hint}")
     return path
+
+
+def answers(url: str) -> bool:
+    """A GET of `url` answers 200 within a second (a server that is up and serving)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from benchmarks.analysis import stats
@@ -84,7 +83,7 @@ def measure(argv: list[str], seconds: float, cpus: tuple[str, str], log: Path) -
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while not answers(f"{url}/fast"):
+        while not procs.answers(f"{url}/fast"):
             if server.poll() is not None or time.monotonic() > deadline:
                 raise procs.ServiceError(f"{argv[0]} did not answer: see {log}")
             time.sleep(0.1)
@@ -100,14 +99,6 @@ def measure(argv: list[str], seconds: float, cpus: tuple[str, str], log: Path) -
     fast_figures = parse_wrk(fast.stdout)
     return {"fast_rps": fast_figures["rps"], "fast_p50_ms": fast_figures.get("p50_ms"),
             "fast_p99_ms": fast_figures.get("p99_ms"), "slow_rps": parse_wrk(slow_out)["rps"]}
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def placement() -> tuple[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import runpy
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -78,14 +77,6 @@ HELLO = "def app(environ, start_response):\n" \
         "    return [b'ok']\n"
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
 def workers_started(tmp_path: Path, cgroup: Path | None) -> int:
     """Start gunicorn 27 with today.conf.py (in `cgroup` when given), wait until a worker
     answers, and count the master's children; the master and its workers are stopped
@@ -102,7 +93,7 @@ def workers_started(tmp_path: Path, cgroup: Path | None) -> int:
     master = procs.start(["sh", "-c", join + 'exec "$@"', "sh", *gunicorn], log=log)
     try:
         deadline = time.monotonic() + 30
-        while not answers(f"http://127.0.0.1:{port}/"):
+        while not procs.answers(f"http://127.0.0.1:{port}/"):
             assert master.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "gunicorn did not answer in 30 s"
             time.sleep(0.2)

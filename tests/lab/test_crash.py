@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 import psutil
 import pytest
@@ -23,14 +22,7 @@ from test_lab import leftovers, start_lab
 
 from benchmarks import stages
 from benchmarks.run.stack import Stack
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
+from benchmarks.sandbox import procs
 
 
 def wait_until(what, seconds: float) -> float:
@@ -63,7 +55,7 @@ def test_granian_replaces_a_killed_worker_and_lab_up_says_when_it_gives_up(tmp_p
         (worker,) = main.children()
         os.kill(worker.pid, signal.SIGKILL)
         wait_until(lambda: main.children() and main.children()[0].pid != worker.pid, 10)
-        wait_until(lambda: answers(health), 10)  # a new worker serves
+        wait_until(lambda: procs.answers(health), 10)  # a new worker serves
         assert up.poll() is None
         # killed again within 5.5 s of its respawn: granian takes it for a crash loop
         # and exits; `lab up` notices within its second
