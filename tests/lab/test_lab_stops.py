@@ -139,7 +139,11 @@ def test_ctrl_c_in_a_later_repeat_keeps_the_finished_ones_and_says_so(tmp_path):
             f"{run_dir}") in rest, rest
     assert json.loads((run_dir / "run.json").read_text())["repeats_done"] == 1
     m = json.loads((run_dir / stages.get("5").dirname / "metrics.json").read_text())
-    assert m["requests"] > 0 and m["failures"] == 0, m
+    # no race: Nginx never met a connection the app closed under a request, and no POST
+    # was answered 502 (a box crowded by other tests may still time out a Redis call: the
+    # app's 503 "try again shortly", which is not the race)
+    assert m["requests"] > 0, m
+    assert m["upstream_prematurely_closed"] == 0 and m["post_502s"] == 0, m
     assert m["upstream_prematurely_closed"] == 0 and m["post_502s"] == 0, m
     assert leftovers(proc.pid) == []
 
