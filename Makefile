@@ -153,7 +153,7 @@ arm64-check: $(VENV)/.installed
 # Three pytest processes, a test file each at a time (pytest-xdist): most tests wait on
 # servers they started (the suite's processes used about 45% of the 2 cores with two),
 # and every test judges only what it started, so three files run side by side (pytest
-# took 7 min 15 s to 7 min 58 s in three fresh clones here). The lab's checks judge behaviour, which a busy
+# took 7 min 15 s to 7 min 58 s in five fresh clones here). The lab's checks judge behaviour, which a busy
 # box does not change (the full run's checks passed with four CPU-bound jobs beside it).
 PYTEST_PARALLEL = -n 3 --dist loadfile
 
