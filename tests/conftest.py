@@ -97,7 +97,7 @@ class RedisProcess:
     def start(self):
         self.proc = procs.start(procs.redis_command(self.port, self.workdir),
                                 log=self.workdir / "redis.log")
-        procs.wait_for_port(self.port, proc=self.proc, timeout=10)
+        procs.wait_for_redis(self.port, proc=self.proc, timeout=30)
 
     def stop(self):
         procs.stop(self.proc)

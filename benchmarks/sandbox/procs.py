@@ -231,6 +231,32 @@ def redis_command(port: int, workdir: Path, host: str = "127.0.0.1") -> list[str
             "--loglevel", "warning"]
 
 
+def wait_for_redis(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
+                   proc: subprocess.Popen | None = None) -> None:
+    """Block until Redis answers PING with PONG. A Redis restarted on its folder
+    accepts connections while it loads the append-only file and answers every
+    command `-LOADING` until done (seconds under qemu-user): the port alone is
+    not ready."""
+    deadline = time.monotonic() + timeout
+    wait_for_port(port, host, timeout, proc)
+    reply = b""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceError(f"Redis {proc.args!r} exited with {proc.returncode} "
+                               f"before it answered PING")
+        try:
+            with socket.create_connection((host, port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                reply = conn.recv(64)
+        except OSError as e:
+            reply = str(e).encode()
+        if reply.startswith(b"+PONG"):
+            return
+        time.sleep(0.1)
+    raise ServiceError(f"Redis on {host}:{port} did not answer PING within {timeout:.0f}s "
+                       f"(last reply: {reply.strip()[:60]!r})")
+
+
 @contextmanager
 def redis_server(workdir: Path, port: int | None = None):
     """A real redis-server on a free loopback port, stopped on exit. Yields the port."""
@@ -240,7 +266,7 @@ def redis_server(workdir: Path, port: int | None = None):
     workdir.mkdir(parents=True, exist_ok=True)
     proc = start(redis_command(port, workdir), log=workdir / "redis.log")
     try:
-        wait_for_port(port, proc=proc)
+        wait_for_redis(port, proc=proc)
         yield port
     finally:
         stop(proc)

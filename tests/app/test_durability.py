@@ -322,3 +322,16 @@ def test_redis_command_keeps_an_append_only_file(tmp_path):
         direct.close()
     finally:
         server.stop()
+
+
+def test_a_redis_that_takes_connections_but_does_not_answer_is_not_ready(private_redis):
+    """procs.wait_for_redis waits for PONG, not for the port: a Redis loading its
+    append-only file (seconds under qemu-user) accepts connections and answers
+    -LOADING. Here a real Redis stopped with SIGSTOP: the kernel still accepts."""
+    os.kill(private_redis.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(procs.ServiceError, match="did not answer PING"):
+            procs.wait_for_redis(private_redis.port, timeout=2)
+    finally:
+        os.kill(private_redis.proc.pid, signal.SIGCONT)
+    procs.wait_for_redis(private_redis.port, timeout=5)
