@@ -121,7 +121,7 @@ def full_run(tmp_path_factory):
     the floor after the stages (`--floor`, as short as it goes: a few seconds), which
     test_the_floor_after_the_stages_is_measured_as_they_are_placed reads."""
     out = tmp_path_factory.mktemp("lab-results")
-    proc = lab("run", "--stages", FULL_SPEC, "--duration", "5", "--warmup", "1", "--users", "50",
+    proc = lab("run", "--stages", FULL_SPEC, "--duration", "3", "--warmup", "1", "--users", "50",
                "--spawn-rate", "50", "--no-screenshots", "--floor", "--floor-seconds", "0.1",
                "--results", str(out), timeout=900)
     run_dir = (out / "latest").resolve()
@@ -270,6 +270,29 @@ def test_each_failure_twin_fails_where_its_base_stage_does_not(full_run):
     # (a GET that met it twice was resent twice: one resent request, two lines)
     assert raced["failures"] == raced["post_502s"], raced
     assert raced["post_502s"] + raced["upstream_resent"] <= raced["upstream_prematurely_closed"]
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_crash_twins_come_back_with_nothing_acknowledged_lost(full_run):
+    """8k and 9k under load: a worker of each server killed 2 s into the window; HTTP
+    and Socket.IO answer again within the stated time (their checks, in
+    test_stage_shows_its_phenomenon), and every message answered 201 reaches the room's
+    member (benchmarks/run/crash.py). Once a run of its own in test_crash.py (24 s)."""
+    for key in ("8k", "9k"):
+        folder = full_run["run_dir"] / stages.get(key).dirname
+        probe = results.read_json(folder / "crash.json")
+        assert len(probe["killed_workers"]) == len(stages.get(key).commands()), probe
+        assert probe["acked"] > 0 and probe["acked_lost"] == 0, probe
+        assert {c["name"] for c in results.read_json(folder / "checks.json")} == {
+            "crash_http_recovery_s", "crash_socketio_recovery_s", "crash_acked_lost"}
+    # granian's worker is its listener too (SO_REUSEPORT, one socket a worker): while
+    # it is dead, Nginx's connects are refused; gunicorn's master keeps the listener
+    def nginx_errors(key: str) -> str:
+        return (full_run["run_dir"] / stages.get(key).dirname / "nginx" / "error.log").read_text()
+
+    assert "(111: Connection refused) while connecting to upstream" in nginx_errors("9k")
+    assert "(111: Connection refused)" not in nginx_errors("8k")
 
 
 @pytest.mark.netns
