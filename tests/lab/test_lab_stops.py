@@ -18,6 +18,7 @@ import pytest
 from conftest import ctrl_c, read_until
 from test_lab import ROOT, lab, leftovers, start_lab
 
+from benchmarks import lab as lab_cli
 from benchmarks import stages
 from benchmarks.run import options, runner
 from benchmarks.sandbox import hosts, procs
@@ -258,11 +259,28 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     (["--locust-args", "'unbalanced"], "No closing quotation"),
     (["--locust-args=--no-such-option"], "Locust rejects --locust-args"),
 ])
-def test_bad_run_options_are_refused_before_anything_starts(tmp_path, args, says):
-    result = lab("run", *args, "--results", str(tmp_path), timeout=60)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert says in result.stdout, result.stdout
+def test_bad_run_options_are_refused_before_anything_starts(tmp_path, capsys, args, says):
+    """`lab run` called in this process, as `python -m benchmarks.lab` calls it (a Python
+    start each, about 1 s of CPU, was most of what these cost); its exit code 2 from a
+    process of its own: test_a_bad_option_exits_2_from_the_command_line."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = lab_cli.main(["run", *args, "--results", str(tmp_path)])
+    finally:  # lab_cli.main installs the lab's own
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert says in out, out
     assert not any(tmp_path.iterdir()), "no results folder for a run that never started"
+    assert leftovers(os.getpid()) == []
+
+
+def test_a_bad_option_exits_2_from_the_command_line(tmp_path):
+    result = lab("run", "--users", "0", "--results", str(tmp_path), timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "lab: --users must be at least 1" in result.stdout, result.stdout
+    assert not any(tmp_path.iterdir())
     assert leftovers(result.pid) == []
 
 
