@@ -151,11 +151,12 @@ arm64-check: $(VENV)/.installed
 	$(PY) -m setup.arm64_wheels $(LOCKS) requirements-notebooks.lock
 
 # Three pytest processes, a test file each at a time (pytest-xdist): most tests wait on
-# servers they started (the suite's processes used about 45% of the 2 cores with two),
-# and every test judges only what it started, so three files run side by side (pytest
-# took 7 min 15 s to 7 min 58 s in five fresh clones here). The lab's checks judge behaviour, which a busy
-# box does not change (the full run's checks passed with four CPU-bound jobs beside it).
-PYTEST_PARALLEL = -n 3 --dist loadfile
+# servers they started, and every test judges only what it started, so three files run
+# side by side. The lab's checks judge behaviour, which a busy box does not change (the
+# full run's checks passed with four CPU-bound jobs beside it). --no-loadscope-reorder:
+# the files in tests/conftest.py's order, the longest first (xdist would start the
+# files with the most tests first: the full run's began 14 s in, behind test_docs.py).
+PYTEST_PARALLEL = -n 3 --dist loadfile --no-loadscope-reorder
 
 # The whole suite, lint first (CI runs this). Its ten slowest tests are listed at the end,
 # so the next slow test is seen when it lands; pytest prints that list before its closing

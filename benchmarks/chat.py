@@ -81,16 +81,16 @@ from dataclasses import dataclass
 from locust import FastHttpUser, constant_pacing, events, run_single_user, task
 
 # isort: split
-# After locust, whose import monkey-patches the standard library for gevent:
-# socketio pulls in requests and ssl, which must come after the patching
-# (else `python benchmarks/chat.py` dies in a RecursionError).
+# After locust, whose import monkey-patches the standard library for gevent: socketio
+# pulls in requests and ssl (else `python benchmarks/chat.py` dies in a RecursionError).
 import socketio
 
 try:
-    from benchmarks import lab_range, latency_log, worker_messages
+    from benchmarks import chat_socket, lab_range, latency_log, worker_messages
     from benchmarks.chat_mix import HISTORY_LIMIT, WEIGHTS
     from benchmarks.chat_socket import RoomFeed, SessionClosed, catch_up, check_ack, connect
 except ImportError:  # `python benchmarks/chat.py`: this file's folder is on the path
+    import chat_socket
     import lab_range
     import latency_log
     import worker_messages
@@ -450,15 +450,6 @@ class ChatUser(SignedInUser):
                 r.failure(f"got user {body['id']}, expected {friend['id']}")
 
 
-def hang_up(sio: socketio.Client) -> None:
-    """Close a session without waiting for its long-poll to return. Behind round robin
-    (stage 6p) the close may reach the host that does not know the session, and the
-    GET pending on the other one then waits out the server's ping interval: Locust's
-    stop waited 15-20 s for it. The server ends the session on the close packet or
-    at its ping timeout; the lab's figures are taken by then."""
-    sio.eio.disconnect(abort=True)
-
-
 class SocketIOChatUser(SignedInUser):
     """One Socket.IO connection per user: join a room, send, time each ack.
 
@@ -488,7 +479,7 @@ class SocketIOChatUser(SignedInUser):
     def on_stop(self):
         if self.sio is not None:
             self.end_session(None)  # lasted until the user stopped: completed
-            hang_up(self.sio)
+            chat_socket.hang_up(self.sio)
 
     def end_session(self, failure: Exception | None) -> None:
         """Count the session that ends now, completed or failed, with its length."""
@@ -528,7 +519,7 @@ class SocketIOChatUser(SignedInUser):
                 ack = sio.call("joinRoom", {"roomId": self.chat.room_id}, timeout=SOCKET_TIMEOUT)
                 check_ack(ack, meta)
         if meta["exception"] is not None:
-            hang_up(sio)
+            chat_socket.hang_up(sio)
             self.end_session(meta["exception"])
             return False
         self.sio = sio

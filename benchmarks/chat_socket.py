@@ -124,6 +124,15 @@ class SessionClosed(Exception):
     """The Engine.IO session ended before the server accepted the Socket.IO connect."""
 
 
+def hang_up(sio: socketio.Client) -> None:
+    """Close a session without waiting for its long-poll to return. Behind round robin
+    (stage 6p) the close may reach the host that does not know the session, and the
+    GET pending on the other one then waits out the server's ping interval: Locust's
+    stop waited 15-20 s for it. The server ends the session on the close packet or at
+    its ping timeout."""
+    sio.eio.disconnect(abort=True)
+
+
 def connect(sio: socketio.Client, url: str, token: str, transport_name: str,
             timeout: float) -> None:
     """Connect and wait for the namespace, failing as soon as the Engine.IO session drops.
