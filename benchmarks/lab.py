@@ -355,7 +355,8 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
                      help=f"sets ({', '.join(stages.SETS)}, {stages.EVERYTHING}; `lab list` "
                           "shows them) or keys/slugs: 0,1,2 or 3g")
     run.add_argument("--duration", type=float, default=defaults.duration,
-                     help="seconds measured per stage")
+                     help="seconds measured per stage (a stage in bursts, 5k: five "
+                          "bursts at least)")
     run.add_argument("--users", type=int, default=defaults.users, help="Locust users")
     run.add_argument("--repeats", type=int, default=defaults.repeats,
                      help="run every stage this many times, interleaved (0,1,2,0,1,2...), "

@@ -8,6 +8,7 @@ a traceback after the servers came up.
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,12 @@ MAX_ARRIVAL_RATE = 5000
 # (benchmarks/studies/floor.py reads these: it imports this module, not the reverse)
 FLOOR_SECONDS = (0.05, 60.0)  # the least and the most
 FLOOR_DEFAULT_SECONDS = 2.0
+
+
+# A stage whose users pause (`burst_every`) shows its failure only as a burst meets a
+# connection idle since the last one: it is measured for this many bursts at least,
+# whatever --duration says (5k at 3 s, on a crowded box, once met no race at all).
+BURSTS_AT_LEAST = 5
 
 
 class OptionsError(ValueError):
@@ -115,6 +122,11 @@ class RunOptions:
             return hosts.placement(self.server_cpus, self.client_cpus, apps=self.app_cpus)
         except ValueError as e:
             raise OptionsError(f"--server-cpus/--client-cpus/--app-cpus: {e}") from e
+
+    def for_stage(self, stage: Stage) -> RunOptions:
+        """These options as `stage` is measured: BURSTS_AT_LEAST bursts at least."""
+        least = math.ceil(BURSTS_AT_LEAST * stage.burst_every)
+        return self if self.duration >= least else replace(self, duration=float(least))
 
     @property
     def stage_keys(self) -> list[str]:

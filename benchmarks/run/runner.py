@@ -360,6 +360,10 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     stage_dir.mkdir(parents=True)
     shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
     shown.phase(f"{stage.title}; starting its hosts and servers")
+    if opts.for_stage(stage) != opts:
+        opts = opts.for_stage(stage)
+        say(f"  measured {opts.duration:g} s, not less: its users pause every "
+            f"{stage.burst_every:g} s, and its failure shows as a burst begins")
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
                          opts.placement, client_hosts=opts.client_hosts) as box:
         for note in box.notes:
