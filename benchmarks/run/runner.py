@@ -350,6 +350,15 @@ def after_the_window(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir
         raise StageFailed(stack.down())
 
 
+def measured_as(stage: Stage, opts: RunOptions) -> RunOptions:
+    """The options `stage` is measured with (opts.for_stage), said when they differ."""
+    own = opts.for_stage(stage)
+    if own != opts:
+        say(f"  measured {own.duration:g} s, not less: its users pause every "
+            f"{stage.burst_every:g} s, and its failure shows as a burst begins")
+    return own
+
+
 def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
               shown: progress.Progress | None = None,
               screenshot: Screenshot | None = None) -> dict:
@@ -360,10 +369,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     stage_dir.mkdir(parents=True)
     shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
     shown.phase(f"{stage.title}; starting its hosts and servers")
-    if opts.for_stage(stage) != opts:
-        opts = opts.for_stage(stage)
-        say(f"  measured {opts.duration:g} s, not less: its users pause every "
-            f"{stage.burst_every:g} s, and its failure shows as a burst begins")
+    opts = measured_as(stage, opts)
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
                          opts.placement, client_hosts=opts.client_hosts) as box:
         for note in box.notes:
