@@ -251,6 +251,8 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
                 say(watch.line(last - started))
         if locust.poll() is None:
             raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
+        if time.monotonic() - last >= 1:  # the window's last figures: a short run's only ones
+            say(watch.line(time.monotonic() - started))
         sampler_proc.wait(timeout=15)
     finally:
         with sandbox.uninterrupted():
