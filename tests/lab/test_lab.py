@@ -299,7 +299,7 @@ def test_the_crash_twins_come_back_with_nothing_acknowledged_lost(full_run):
     # granian's worker is its listener too (SO_REUSEPORT, one socket a worker): while
     # it is dead, Nginx's connects are refused; gunicorn's master keeps the listener
     def nginx_errors(key: str) -> str:
-        return (full_run["run_dir"] / stages.get(key).dirname / "nginx" / "error.log").read_text()
+        return (full_run["run_dir"] / stages.get(key).dirname / results.NGINX_ERROR_LOG).read_text()
 
     assert "(111: Connection refused) while connecting to upstream" in nginx_errors("9k")
     assert "(111: Connection refused)" not in nginx_errors("8k")
