@@ -49,7 +49,7 @@ MACHINE ?= $(shell uname -m)
 HEADERS_CHECK = $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' 2>/dev/null
 BUILD_TOOLS_CHECK = $(if $(filter x86_64,$(MACHINE)),,command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; $(HEADERS_CHECK) || missing="$$missing python3-dev";)
 
-.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-fast lint lab book clean image image-test
+.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-slow test-fast lint lab book clean image image-test
 
 # `setup` = what installs + what checks the box. An image build runs `make install`
 # alone (a build step gets no network namespace); the box check then runs when the
@@ -163,6 +163,11 @@ PYTEST_PARALLEL = -n 3 --dist loadfile --no-loadscope-reorder
 # "N passed in ..." line, which stays the last.
 test: lint
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=10
+
+# The whole suite on a box half as fast as this one: in a CPU cgroup whose quota is half
+# of this box's CPU time (setup/slow-box.sh; SHARE=33 for a third). Root.
+test-slow:
+	sh setup/slow-box.sh $(MAKE) test
 
 # The quick loop while editing: no load runs.
 test-fast: setup
