@@ -321,7 +321,9 @@ def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict 
                         "--no-control-socket", "app.wsgi:app"], log=workdir / "gunicorn.log",
                        env=env, cwd=ROOT)
     try:
-        procs.wait_for_port(port, proc=proc, timeout=30)
+        # serving, not only bound: a test's first request must not wait for a worker
+        # that is still importing the app (over 5 s on an emulated arm64 box)
+        procs.wait_until_answers(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
         yield f"http://127.0.0.1:{port}", proc
     finally:
         # quick shutdown (TERM waits ~3 s for eventlet), to the master alone (runner.Stack.stop)

@@ -127,6 +127,20 @@ def answers(url: str) -> bool:
         return False
 
 
+def wait_until_answers(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Block until a GET of `url` answers 200 (`answers`). A server's port opens before
+    it serves: gunicorn's master binds it, then each worker imports the app, which on an
+    emulated or slow box takes seconds."""
+    deadline = time.monotonic() + timeout
+    while not answers(url):
+        if proc.poll() is not None:
+            raise ServiceError(f"process {proc.args!r} exited with {proc.returncode} "
+                               f"before {url} answered")
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{url} did not answer 200 within {timeout:g} s")
+        time.sleep(0.1)
+
+
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 15.0,
                   proc: subprocess.Popen | None = None, netns: str | None = None) -> None:
     """Block until something accepts connections on host:port.

@@ -316,11 +316,21 @@ def test_processes_are_pinned_to_their_cpu_set(network, tmp_path):
 
 # --- teardown ----------------------------------------------------------------------
 
+def in_host(net: hosts.Network, role: str, proc) -> None:
+    """Until `proc` runs in the host's namespace: `ip netns exec` enters it a moment after
+    it starts (on a slow box, after a teardown that began at once had looked for it)."""
+    deadline = time.monotonic() + 30
+    while proc.pid not in hosts.namespace_pids(net.namespace(role)):
+        assert time.monotonic() < deadline, f"{proc.args} never entered {role}"
+        time.sleep(0.02)
+
+
 @pytest.mark.netns
 def test_exit_and_an_exception_remove_everything():
     me = os.getpid()
     with hosts.Network("exit", ["client", "app"]) as net:
         sleeper = procs.start([*net.prefix("app"), "sleep", "60"])
+        in_host(net, "app", sleeper)
         names = [*net.names().values(), net.bridge_namespace]
         assert set(names) <= set(ours(me))
     assert not set(names) & set(ours(me))
@@ -329,6 +339,7 @@ def test_exit_and_an_exception_remove_everything():
     with pytest.raises(RuntimeError, match="in the body"):
         with hosts.Network("exc", ["client", "redis"]) as net:
             sleeper = procs.start([*net.prefix("redis"), "sleep", "60"])
+            in_host(net, "redis", sleeper)
             names = [*net.names().values(), net.bridge_namespace]
             raise RuntimeError("in the body")
     assert not set(names) & set(ours(me))
@@ -350,24 +361,27 @@ def test_a_failure_while_making_it_removes_what_was_made():
 # that ignores SIGTERM if asked, so the teardown has to wait and then KILL),
 # then sleeps until a signal comes. Bounded: it exits after 60 s by itself.
 HOLDER = r"""
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
 from benchmarks.sandbox import hosts, sandbox
 tag, ready, stubborn = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 with hosts.Network(tag, ["client", "app"]) as net:
-    app_cmd = (["python3", "-c", "import signal, time; "
-                "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"]
+    # the stubborn child says when its handler is set (its Python's start takes over
+    # 0.3 s on a slow box, and a TERM before then kills it at once)
+    app_cmd = (["python3", "-c", "import signal, sys, time; "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open(sys.argv[1], 'w').close(); time.sleep(120)", ready + ".stubborn"]
                if stubborn else ["sleep", "120"])
     kids = [subprocess.Popen([*net.prefix("client"), "sleep", "120"], start_new_session=True),
             subprocess.Popen([*net.prefix("app"), *app_cmd], start_new_session=True)]
-    deadline = time.monotonic() + 10
-    while not all(hosts.namespace_pids(net.namespace(r)) for r in ("client", "app")):
+    deadline = time.monotonic() + 30
+    while not all(hosts.namespace_pids(net.namespace(r)) for r in ("client", "app")) or (
+            stubborn and not os.path.exists(ready + ".stubborn")):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.3)   # the stubborn child has set its handler
     with open(ready + ".tmp", "w") as f:
         json.dump({"pids": [k.pid for k in kids],
                    "names": [*net.names().values(), net.bridge_namespace]}, f)
-    import os; os.rename(ready + ".tmp", ready)
+    os.rename(ready + ".tmp", ready)
     time.sleep(60)
 """
 

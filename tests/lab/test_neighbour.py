@@ -61,11 +61,12 @@ def test_the_sampler_counts_a_loop_it_does_not_know_as_foreign(tmp_path):
                                      "unowned": (str(SERVER_CPU), [])})
         subprocess.run(cmd, cwd=ROOT, check=True, timeout=30, env=procs.child_env())
     rows = csvfile.rows(out)[1:]  # the first interval includes the loop's start-up
-    unowned = min(r["foreign_cpu_unowned"] for r in rows)
-    owned = max(r["foreign_cpu_owned"] for r in rows)
-    spun = min(r["cpu_spin"] for r in rows)
-    assert unowned >= 90, rows  # the CPU never idles while the loop spins
-    assert spun >= 30 and owned <= unowned - 30, rows
+    # Each row against the loop's own CPU in it, not against 100%: under a CPU quota
+    # (`make test-slow`) the CPU idles while the loop is throttled
+    assert min(r["cpu_spin"] for r in rows) >= 30, rows
+    for r in rows:
+        assert r["foreign_cpu_unowned"] >= r["cpu_spin"] - 5, rows  # the loop is foreign,
+        assert r["foreign_cpu_owned"] <= r["foreign_cpu_unowned"] - r["cpu_spin"] + 10, rows
 
 
 def test_cpu_set_specs_are_checked():

@@ -59,7 +59,11 @@ def machine():
 
 
 def routes(machine: str) -> str:
-    return ip("-n", machine, "route", "show", "table", "all").stdout
+    """The namespace's routes, every table, less those the kernel adds on its own (`proto
+    kernel`: a link's own subnet, and the IPv6 link-local route it adds a moment after
+    a link comes up, which once appeared between two readings)."""
+    shown = ip("-n", machine, "route", "show", "table", "all").stdout
+    return "".join(ln + "\n" for ln in shown.splitlines() if "proto kernel" not in ln)
 
 
 def route_get(machine: str) -> subprocess.CompletedProcess:
