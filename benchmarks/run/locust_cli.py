@@ -26,6 +26,9 @@ SOCKETIO_CLASS = "SocketIOChatUser"
 ARRIVAL_CLASS = "ArrivalUser"  # the open model (benchmarks/arrivals.py)
 ARRIVALS_JSON = "arrivals.json"  # its schedule's counts, in the stage folder
 WORKERS_TXT = "locust-workers.txt"  # the workers' command lines, in the stage folder
+# What Locust logs as its run's timer starts (locust/main.py), once it has imported its
+# locustfiles and, as a master, its workers have joined: the measured run begins here
+RUN_STARTED = "Run time limit set to"
 
 
 def locustfiles(user_classes: Iterable[str], sockets_tab: bool = False) -> str:

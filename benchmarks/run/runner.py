@@ -9,6 +9,7 @@ down. Paths come from benchmarks/run/results.py; the command line is lab.py's.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -17,9 +18,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -168,6 +170,10 @@ class Load:
     down: Callable[[], str | None] = lambda: None  # Stack.down: a server that exited
 
 
+# Locust's run starts: seconds after its process on a slow box (wait_for_run_start); a
+# master first waits for its workers to join, at most WORKERS_WAIT_S (Locust's option)
+RUN_START_WAIT_S = 120
+WORKERS_WAIT_S = 30
 # nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
 NGINX_LOG_FLUSH_S = 1.2
 
@@ -213,47 +219,53 @@ def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, ports: str | N
             f"window at that rate")
 
 
+def wait_for_run_start(locust: subprocess.Popen, log: Path, workers: int) -> None:
+    """Until Locust's run has begun: its timer starts as it logs `RUN_STARTED`, after it
+    has imported its locustfiles (and, as a master, seen its workers join): under a
+    second on a quiet box, several on a slow one. The sampler and the window's other
+    recorders start then, so they see the run Locust measures, whatever the box."""
+    deadline = time.monotonic() + RUN_START_WAIT_S + (WORKERS_WAIT_S if workers else 0)
+    while time.monotonic() < deadline and locust.poll() is None:
+        if locust_cli.RUN_STARTED in log.read_text(errors="replace"):
+            return
+        time.sleep(0.05)
+    if locust.poll() is None:
+        raise StageFailed(f"Locust did not start its run within {RUN_START_WAIT_S} s; "
+                          f"see {log}")
+    # it exited first: what it said is read below (no stats, or workers that never came)
+
+
 def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
-            user_classes) -> int | None:
-    """The measured Locust run with the sampler beside it. Returns where
-    `load.count_log` ended when it started (what the log gains is that run's)."""
+            user_classes, window: Callable[[], contextlib.AbstractContextManager] =
+            contextlib.nullcontext) -> int | None:
+    """The measured Locust run with the sampler beside it, and `window` (the other
+    recorders), both from the moment Locust's run starts. Returns where
+    `load.count_log` ended when Locust started (what the log gains is that run's)."""
     env = procs.child_env()
     cmd = locust_cli.locust_command(load.url, opts, opts.duration, user_classes,
                          stage_dir / results.LOCUST_PREFIX, users_file, load.chat_settings)
     if load.workers:  # the master: it counts, its workers (start_workers) send the load
         cmd = [*cmd, "--master", "--expect-workers", str(len(load.workers)),
-               "--expect-workers-max-wait", "30"]
+               "--expect-workers-max-wait", str(WORKERS_WAIT_S)]
     shown = shlex.join(results.rel(part) if part.startswith("/") else part for part in cmd)
     (stage_dir / "locust-command.txt").write_text(shown + "\n")
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = access_logs.log_size(load.count_log) if load.count_log else None
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
-    workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir, user_classes)
-    sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
-        stage_dir / results.SAMPLER_CSV, procs={**load.server_pids, **locust_cli.components(
-            locust, workers)},
-        # stop just before Locust's users close their connections
-        duration=max(1.0, opts.duration - 0.5), **load.sampler)],
-        log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
-    watch = progress.Watch(stage_dir, front=load.front)
+    workers, sampler_proc = {}, None
     try:
-        deadline = time.monotonic() + opts.duration + 60
-        started, last = time.monotonic(), 0.0
-        while locust.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-            if load.down():  # no figures from a stage whose server died
-                raise StageFailed(load.down())
-            news = watch.news()
-            if news:
-                say(f"  {time.monotonic() - started:5.0f} s  {news}")
-            if time.monotonic() - last >= 5:
-                last = time.monotonic()
-                say(watch.line(last - started))
-        if locust.poll() is None:
-            raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
-        if time.monotonic() - last >= 1:  # the window's last figures: a short run's only ones
-            say(watch.line(time.monotonic() - started))
-        sampler_proc.wait(timeout=15)
+        workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir,
+                                           user_classes)
+        wait_for_run_start(locust, stage_dir / "locust.log", len(workers))
+        with window():
+            sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
+                stage_dir / results.SAMPLER_CSV, procs={**load.server_pids,
+                                                        **locust_cli.components(locust, workers)},
+                # stop just before Locust's users close their connections
+                duration=max(1.0, opts.duration - 0.5), **load.sampler)],
+                log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
+            follow(locust, load, stage_dir, opts)
+            sampler_proc.wait(timeout=15)
     finally:
         with sandbox.uninterrupted():
             procs.stop(locust)
@@ -270,6 +282,28 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         raise StageFailed(f"Locust wrote no stats:\n{log[-2000:]}")
     snapshot_hosts(load, stage_dir)
     return count_from
+
+
+def follow(locust: subprocess.Popen, load: Load, stage_dir: Path, opts: RunOptions) -> None:
+    """Until Locust stops by itself (its run time), with a progress line every 5 s;
+    StageFailed if a server dies meanwhile or Locust does not stop."""
+    watch = progress.Watch(stage_dir, front=load.front)
+    deadline = time.monotonic() + opts.duration + 60
+    started, last = time.monotonic(), 0.0
+    while locust.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if load.down():  # no figures from a stage whose server died
+            raise StageFailed(load.down())
+        news = watch.news()
+        if news:
+            say(f"  {time.monotonic() - started:5.0f} s  {news}")
+        if time.monotonic() - last >= 5:
+            last = time.monotonic()
+            say(watch.line(last - started))
+    if locust.poll() is None:
+        raise StageFailed(f"Locust did not stop by itself; see {stage_dir / 'locust.log'}")
+    if time.monotonic() - last >= 1:  # the window's last figures: a short run's only ones
+        say(watch.line(time.monotonic() - started))
 
 
 def snapshot_hosts(load: Load, stage_dir: Path) -> None:
@@ -291,16 +325,21 @@ def snapshot_hosts(load: Load, stage_dir: Path) -> None:
             procs.stop(proc)
 
 
-def profiled(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
-             user_classes) -> int | None:
-    """`measure`, with py-spy on the first app host's servers beside it (`opts.profile`:
-    the app server, and its Socket.IO server in a stage that has one), stopping as the
-    sampler does, just before Locust's users close their connections."""
+@contextmanager
+def recorded(load: Load, stage_dir: Path, opts: RunOptions,
+             crash_probe: Callable[[], subprocess.Popen] | None, probes: list) -> Iterator[None]:
+    """The window's recorders beside the sampler, started as Locust's run starts: py-spy
+    on the first app host's servers (`opts.profile`: the app server, and its Socket.IO
+    server in a stage that has one), stopping as the sampler does, just before Locust's
+    users close their connections; their threads' CPU; and a crash twin's probe
+    (`crash_probe`, appended to `probes`), which kills its worker a third into the run."""
     pids = [pid for name, pid in load.server_pids.items()
             if name in ("app", socketio_name("app"))]
     with profile.recording(pids, load.sampler_prefix, stage_dir,
                            opts.duration - 0.5, on=opts.profile), threads.window(pids, stage_dir):
-        return measure(load, stage_dir, users_file, opts, user_classes)
+        if crash_probe:
+            probes.append(crash_probe())
+        yield
 
 
 def evaluate_stage(stage: Stage, stage_dir: Path,
@@ -396,11 +435,13 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            crashing = (crash.start(box, stack, stage_dir, users_file, opts.duration)
-                        if crash.wanted(stage) else None)
-            count_from = profiled(load, stage_dir, users_file, opts, classes)
-            if crashing:
-                say(f"  {crash.finish(crashing, stage_dir, opts.duration)}")
+            crashing: list[subprocess.Popen] = []
+            crash_probe = (partial(crash.start, box, stack, stage_dir, users_file, opts.duration)
+                           if crash.wanted(stage) else None)
+            count_from = measure(load, stage_dir, users_file, opts, classes, partial(
+                recorded, load, stage_dir, opts, crash_probe, crashing))
+            for probe in crashing:
+                say(f"  {crash.finish(probe, stage_dir, opts.duration)}")
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
