@@ -364,7 +364,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     # TIME_WAIT sockets made while the load ran (the peak less what was there when
     # it started: warm-up and set-up leave a few), per request that can still have
     # one at the peak (those of the last minute), both over the sampler's own window
-    # (window.py: Locust's test starts later than the sampler). ~1: a connection per request.
+    # (window.py: Locust's totals run past the sampler's rows). ~1: a connection per request.
     recent = window.recent_requests(stage_dir, m["requests"], m["locust_rps"],
                                     TIME_WAIT_SECONDS)
     for cls in CLASSES:

@@ -1,12 +1,13 @@
 """Locust's requests counted over the sampler's own window.
 
-The runner starts the sampler beside Locust's process, for the stage's duration less
-half a second; Locust's test starts once it has imported its locustfile and spawned its
-users (under a second on a quiet box, seconds on a crowded one) and then runs the whole
-duration. So Locust's totals cover time the sampler never saw, and a ratio of the
-sampler's figures to them (TIME_WAIT made per request, CPU per request) fell as Locust
-started later: stage 0's `tw_redis_per_request` read 0.48 and 0.42 with four jobs on two
-cores where a quiet box reads about 1.
+The runner starts the sampler as Locust's run starts (runner.wait_for_run_start), for
+the stage's duration less half a second, and Locust's users then spawn and ramp up
+inside that run. Once, the sampler started beside Locust's process, whose start-up
+(importing its locustfile) took under a second on a quiet box and most of a 3 s window
+on one half as fast: stage 0's `tw_redis_per_request` read 0.48 and 0.42 with four
+jobs on two cores where a quiet box reads about 1, and 0.299 on the half-speed box.
+Locust's totals still cover its last half second, which the sampler does not see, so
+ratios of the sampler's figures to requests are taken over the sampler's rows.
 
 Locust keeps, for each request name, how many of its requests ended in each wall-clock
 second (`num_reqs_per_sec` and `num_fail_per_sec` in its `--json-file`, added up over

@@ -18,7 +18,7 @@ from conftest import need_browser
 from benchmarks import checks as checks_mod
 from benchmarks import lab as lab_cli
 from benchmarks import stages
-from benchmarks.analysis import metrics, repeats
+from benchmarks.analysis import metrics, repeats, window
 from benchmarks.profile import buckets
 from benchmarks.run import fitting, options, results, runner
 from benchmarks.sandbox import hosts, nginx_conf, procs
@@ -398,7 +398,12 @@ def test_every_stage_is_profiled_and_its_cpu_split(full_run):
         m = results.read_json(folder / results.METRICS_JSON)
         shares = [m[f"cpu_share_{b}"] for b in buckets.BUCKETS]
         assert sum(shares) == pytest.approx(1, abs=0.01), (stage.key, shares)
-        assert m["server_cpu_ms_per_request"] >= m["app_cpu_ms_per_request"] > 0, stage.key
+        server, app = m["server_cpu_ms_per_request"], m["app_cpu_ms_per_request"]
+        assert None not in (server, app), (
+            f"{stage.key}: no CPU per request: answered {window.answered_rate(folder, None)} "
+            "req/s over the sampler's window (None: no per-second counts; 0: Locust answered "
+            f"nothing while the sampler ran; see {folder / results.SAMPLER_CSV})")
+        assert server >= app > 0, stage.key
     stacks = (full_run["run_dir"] / stages.get("2").dirname / results.PROFILE_STACKS)
     assert "SyncWorker.handle_request" in stacks.read_text()  # a worker, not only the master
     # stage 9: both servers of the app host, py-spy reading granian's Python threads

@@ -285,3 +285,27 @@ def test_per_request_figures_are_counted_over_the_samplers_own_window(tmp_path, 
     # over Locust's whole test instead, what the crowded box read
     first_tw = round(100 * max(0.0, 1001 - (1000 + late_s)))
     assert (m["tw_redis_peak"] - first_tw) / m["requests"] == pytest.approx(whole, abs=0.001)
+
+
+# What a check may compare, whatever the box's speed: a ratio or share of what the
+# stage did (per request, of the port range, of the requests, of messages), a time, a
+# yes/no of the server, or whether an event happened at all (at least 1, exactly 0). A
+# count of the window's events against a threshold above 1 would need a box as fast as
+# the one it was tuned on: a box half as fast makes half the events in 3 s.
+SPEED_FREE = ("_per_request", "_share_min", "_share_max", "_in_time_wait", "_ms", "_s",
+              "cpu_share_", "server_keepalive", "cross_host_delivered")
+
+
+def counts_of_events(pairs) -> list[str]:
+    """Of (stage key, check) pairs, those that want a count of events above 1."""
+    return [f"{key} {check.expected()}" for key, check in pairs
+            if check.op == ">=" and check.threshold > 1
+            and not any(part in check.metric for part in SPEED_FREE)]
+
+
+def test_no_check_wants_a_count_of_events_a_slower_box_may_not_reach():
+    every = [(stage.key, check) for stage in stages.STAGES for check in stage.checks]
+    assert len(every) > 60 and counts_of_events(every) == [], counts_of_events(every)
+    # the rule catches one: ten 502s in the window, where one says the ports ran out
+    made_up = [("4", checks.Check("nginx_eaddrnotavail", ">=", 10, "")), *every]
+    assert counts_of_events(made_up) == ["4 nginx_eaddrnotavail >= 10"]
