@@ -842,6 +842,30 @@ def test_powershell_blocks_paste_into_powershell():
     assert found >= 3
 
 
+# A port mapping of Locust's UI (no login) that says no address: `docker run -p 8089:8089`
+# publishes it on every interface of the laptop, the room's network included.
+OPEN_MAPPING = re.compile(r"(?:-p|--publish)[ =](?!127\.0\.0\.1:)[\d.:]*8089\b")
+
+
+def mapping_files() -> list[Path]:
+    """Where a reader or a maintainer finds a `docker run` line: the docs, the
+    Containerfile, the dev container, setup/ and the lab's code."""
+    return [*docs(), ROOT / "Containerfile", ROOT / ".devcontainer" / "devcontainer.json",
+            *sorted(p for p in (ROOT / "setup").iterdir() if p.is_file()),
+            *sorted((ROOT / "benchmarks").rglob("*.py"))]
+
+
+def test_every_port_mapping_of_the_ui_is_on_the_laptops_loopback():
+    """`-p 127.0.0.1:8089:8089`, never `-p 8089:8089`, wherever a mapping is written."""
+    found = [f"{rel(path)}:{n}: {line.strip()}" for path in mapping_files()
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if OPEN_MAPPING.search(line)]
+    assert not found, found
+    assert OPEN_MAPPING.search("docker run -p 8089:8089 x")
+    assert OPEN_MAPPING.search("docker run --publish=0.0.0.0:8089:8089 x")
+    assert not OPEN_MAPPING.search("docker run -p 127.0.0.1:8089:8089 x")
+
+
 @pytest.mark.parametrize("command", [pytest.param(c, id=c.where) for c in COMMANDS])
 def test_command_is_classified_and_parses(command, refused_by_locust):
     why = problem(command, refused_by_locust)
