@@ -93,6 +93,8 @@ RULES = [
     Rule(r"python -c \"from pathlib import Path; from benchmarks.sandbox import nginx_conf; ", RUN,
          "renders a stage's Nginx config into a folder under /tmp"),
     Rule(r"make ", PARSE, "setup installs packages; test, lab and book run for minutes"),
+    Rule(r"sh setup/ready-lab\.sh [\w,]+ \d+$", PARSE,
+         "a short strict lab (make lab ... LAB_ARGS=--strict): a minute of load"),
     # servers and load
     Rule(r"(gunicorn |flask --app app run )", PARSE,
          "the server command a stage runs, shown beside `lab up`, which starts it"),
