@@ -414,40 +414,57 @@ def test_the_rehearsal_is_ready_lab_wherever_a_box_is_proven_ready(tmp_path):
     assert any(c.startswith("sh setup/ready-lab.sh ") for c in commands), commands
 
 
-def test_the_dev_container_runs_the_image_privileged_with_the_ui_forwarded():
-    """.devcontainer/devcontainer.json (JSON with // comments): the Containerfile, where it
-    puts the lab, privileged, port 8089 forwarded, results/ mounted from the workspace."""
+def dev_container() -> dict:
+    """.devcontainer/devcontainer.json (JSON with // comments)."""
     import json
-    import re
 
     text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
-    config = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    return json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+
+
+def test_the_dev_container_opens_the_clone_in_the_image_privileged_with_the_ui_forwarded():
+    """The Containerfile's image, privileged, port 8089 forwarded; the editor's folder is
+    the clone's mount, not the image's copy of the code (its WORKDIR), so an edit is what
+    the lab runs and outlives a rebuild."""
+    config = dev_container()
     built = (ROOT / ".devcontainer" / config["build"]["dockerfile"]).resolve()
     assert built == ROOT / "Containerfile"
     workdir = re.search(r"^WORKDIR (\S+)$", built.read_text(), flags=re.M)[1]
-    assert config["workspaceFolder"] == workdir
+    mounted = re.search(r"target=([^,]+),", config["workspaceMount"])[1]
+    assert config["workspaceFolder"] == mounted != workdir
+    assert "source=${localWorkspaceFolder}," in config["workspaceMount"]
     assert "--privileged" in config["runArgs"] and 8089 in config["forwardPorts"]
     # nothing runs on the host, whose shell differs (cmd.exe on Windows)
     assert "initializeCommand" not in config
-    assert "source=${localWorkspaceFolder},target=/workspace," in config["workspaceMount"]
 
 
-def test_the_dev_container_links_results_into_the_workspace_once(tmp_path):
-    """postCreateCommand, run by sh as the container does, on copies of /lab and
-    /workspace: /lab/results becomes a link to the workspace's results/ (made if
-    missing), and a second run (a rebuilt container's) changes nothing."""
-    import json
-    import re
-
-    text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
-    command = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))["postCreateCommand"]
+def test_the_dev_container_runs_the_clone_with_the_images_environments(tmp_path):
+    """postCreateCommand, run by sh as the container does (twice: a rebuilt container's),
+    on copies of /lab (its installed venvs, their make stamps) and /workspace (the clone's
+    Makefile and requirements files, older than the stamps: the image was built from
+    them). Then the Makefile's own make finds both environments installed, so `make lab`
+    in the workspace needs no network; a lock changed since the build is installed."""
     lab, workspace = tmp_path / "lab", tmp_path / "workspace"
-    (lab / "results").mkdir(parents=True)      # the image's empty /lab/results
     workspace.mkdir()
+    for path in [ROOT / "Makefile", *ROOT.glob("requirements*")]:
+        shutil.copy(path, workspace)
+        os.utime(workspace / path.name, (1e9, 1e9))   # the clone, before the build
+    for venv in (".venv", ".venv-eventlet"):
+        (lab / venv).mkdir(parents=True)
+        (lab / venv / ".installed").touch()           # the image's build
+    command = dev_container()["postCreateCommand"]
     command = command.replace("/workspace", str(workspace)).replace("/lab", str(lab))
     for _ in range(2):
         ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=10)
         assert ran.returncode == 0, ran.stderr
-    assert (lab / "results").resolve() == workspace / "results"
-    (lab / "results" / "run").mkdir()
-    assert (workspace / "results" / "run").is_dir()
+    assert (workspace / ".venv").resolve() == lab / ".venv"
+    assert (workspace / ".venv-eventlet").resolve() == lab / ".venv-eventlet"
+
+    def installed() -> int:
+        """make -q: 0 when both stamps are up to date (nothing to install)."""
+        return subprocess.run(["make", "-q", ".venv/.installed", ".venv-eventlet/.installed"],
+                              cwd=workspace, capture_output=True, timeout=30).returncode
+
+    assert installed() == 0
+    (workspace / "requirements.lock").touch()
+    assert installed() == 1
