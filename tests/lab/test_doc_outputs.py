@@ -191,6 +191,27 @@ def test_the_reference_page_counts_the_checks_of_its_table():
     assert claimed == sum(total for _, total in passed) == sum(ok for ok, _ in passed)
 
 
+def test_the_reference_pages_say_what_the_capture_has_and_what_its_command_runs_now():
+    """docs/reference-run.md: the capture's commit, its stage count and whether it has
+    stage 9, read from notebooks/reference-run/; what its `make lab STAGES=...` runs now,
+    read from benchmarks/stages.py. README.md's stage count is the capture's."""
+    text = " ".join(REFERENCE_PAGE.read_text().split())
+    captured = reference.captured_stages()
+    commit = json.loads((reference.DEST / "run.json").read_text())["git_commit"]
+    assert re.search(r"taken at commit ([0-9a-f]{7,})", text)[1] == commit[:7]
+    has = re.search(r"the capture has (\d+) stages and (no stage 9|stage 9)", text)
+    assert has and int(has[1]) == len(captured), has
+    assert (has[2] == "no stage 9") == ("9" not in {s.key for s in captured})
+    command = re.search(r"`make lab STAGES=(\S+)`", text)[1]
+    now = stages.select(command)
+    said = re.search(r"the same command now runs (\d+) stages and (\d+) checks", text)
+    assert said and (int(said[1]), int(said[2])) == (
+        len(now), sum(len(s.checks) for s in now)), said
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"committed reference run \([^)]*?(\d+) stages, one run each\)", readme)
+    assert found and int(found[1]) == len(captured), found
+
+
 def test_the_reference_capture_is_quiet_and_whole():
     """Every captured stage ran with others' CPU under 5% of the server's, and has its
     profile's shares and the server's own percentiles."""
