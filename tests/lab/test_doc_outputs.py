@@ -245,6 +245,19 @@ def test_check_counts_in_the_labs_are_the_registrys():
     assert found
 
 
+def test_lab_11s_stage_lists_are_the_failures_set():
+    """README's row for lab 11 and the exercise index's entry list the `failures` set as
+    benchmarks/stages.py runs it: every twin, each beside its base stage."""
+    wanted = [s.key for s in stages.select("failures")]
+    readme = (ROOT / "README.md").read_text()
+    row = re.search(r"^\| \[11 [^]]+\]\([^)]+\) \| ([^|]+) \|", readme, re.M)
+    index = (ROOT / "exercises" / "README.md").read_text()
+    entry = re.search(r"\(the `failures` set: stages ([\w, ]+)\)", index)
+    for where, found in (("README.md", row), ("exercises/README.md", entry)):
+        assert found, f"{where} no longer lists lab 11's stages"
+        assert found[1].strip().split(", ") == wanted, f"{where}: {found[1]}, not {wanted}"
+
+
 def test_the_readmes_main_line_counts_are_the_registrys():
     """README's `make lab` figure: the main line's stages and its checks, all passed, as
     benchmarks/stages.py gives them."""
