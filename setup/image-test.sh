@@ -363,7 +363,7 @@ PY
 }
 
 # `lab up 0` inside; Locust's page from the host side of the mapping, at the container's
-# own address (as `docker run -p 8089:8089` reaches it), then Ctrl-C and wait.
+# own address (as `docker run -p 127.0.0.1:8089:8089` reaches it), then Ctrl-C and wait.
 ui_through_mapping() {
     local i ok="" url="http://$CTR_ADDR:$UI_PORT/"
     in_ctr bg python -m benchmarks.lab up 0 --results /lab/results/up

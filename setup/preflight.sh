@@ -36,7 +36,7 @@ check_python() {
     fi
     command -v "$python" >/dev/null 2>&1 || fail "no $python: install Python 3.11 or newer (apt-get install python3 python3-venv) or name one: make setup PYTHON=/path/to/python3.12"
     version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || fail "$python does not run"
-    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || fail "$python is Python $version; the lab needs 3.11 or newer: make setup PYTHON=python3.11 (Debian 12 and Ubuntu 24.04 ship one; Ubuntu 22.04: apt-get install python3.11 python3.11-venv)"
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || fail "$python is Python $version; the lab needs 3.11 or newer: make setup PYTHON=python3.11 (Debian 12's; Ubuntu 24.04: PYTHON=python3.12; Ubuntu 22.04: apt-get install python3.11 python3.11-venv)"
     for venv in .venv .venv-eventlet; do
         [ -x "$venv/bin/python" ] || continue
         made=$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || made=broken

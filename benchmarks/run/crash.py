@@ -37,12 +37,14 @@ import uuid
 from pathlib import Path
 
 import psutil
-import requests
-import socketio
 
 from benchmarks.checks import RECOVERY_LIMIT_S  # what the twins' checks allow
 from benchmarks.run import delivery, results
 from benchmarks.sandbox import hosts, procs
+
+# requests and socketio are imported where the probe uses them: the lab imports this
+# module for wanted/start/finish/metrics (and `lab list` through it), which need
+# neither; socketio alone takes 0.15 s to import.
 
 POST_EVERY = 0.1  # seconds between the sender's posts: 10 a second beside Locust's load
 RECONNECT_EVERY = 0.2  # the member's reconnection delay, fixed (no back-off, no jitter)
@@ -68,6 +70,8 @@ class Member(delivery.Member):
     joins again: the ids it has, live or fetched."""
 
     def __init__(self, url: str, account: dict, friend_id: int):
+        import socketio
+
         super().__init__(url, account, friend_id)
         self.sio = socketio.Client(reconnection=True, reconnection_delay=RECONNECT_EVERY,
                                    reconnection_delay_max=RECONNECT_EVERY,
@@ -98,6 +102,9 @@ def kill_a_worker(pid: int, holder: int | None) -> int:
 
 def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
         duration: float) -> dict:
+    import requests
+    import socketio
+
     a, b = delivery.pair(url, accounts)
     sender, member = delivery.Member(url, a, b["id"]), Member(url, b, a["id"])
     holder = member.join()  # the worker that holds its websocket
@@ -181,6 +188,8 @@ def metrics(stage_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import requests
+
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run.crash",
         description="Kill a worker of each server under load; time what a client sees.")

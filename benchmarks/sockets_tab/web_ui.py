@@ -38,8 +38,8 @@ from benchmarks.stages import ROOT, Stage
 UI_PORT = 8089  # Locust's own default
 LOCUST_START_TIMEOUT = 60.0
 # Where the UI listens, unless --ui-address says: the image sets 0.0.0.0, since a
-# container's port mapping (docker run -p 8089:8089) reaches its own interface, never
-# its 127.0.0.1; so does the VM recipe, whose forwarded port does the same.
+# container's port mapping (docker run -p 127.0.0.1:8089:8089) reaches its own interface,
+# never its 127.0.0.1; a VM only its laptop reaches may set the same (docs/laptops.md).
 UI_ADDRESS_ENV = "FTL_UI_ADDRESS"
 # The same setting as a `FTL_UI_ADDRESS=...` line in the box's own file, which the VM
 # recipe (setup/cloud-init.yaml) writes: a file survives `sudo`, which drops the

@@ -9,15 +9,18 @@ there goes on with `make setup`. The image itself is tried by `make image-test`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import ctrl_c, read_until
+from test_docs import block_commands, doc_commands, docs, fenced_blocks, rel
 from test_lab import ROOT, leftovers
 
 
@@ -51,24 +54,22 @@ def test_a_screenshot_that_cannot_be_taken_is_a_warning_and_the_run_goes_on(tmp_
 @pytest.mark.slow
 def test_sudo_on_a_vm_set_up_by_cloud_init_serves_the_ui_where_the_page_says(tmp_path):
     """A Multipass VM made with setup/cloud-init.yaml: its /etc/flask-tuning-lab.conf as
-    lab-ready leaves it there (here in a copy of /etc, bind-mounted in a mount namespace
-    of the test's own), `lab up 2` with sudo's environment (env_reset: no FTL_UI_ADDRESS
-    from a login shell). The UI listens on every interface and the banner gives the
-    address docs/laptops.md gives; the test reaches it on loopback only."""
+    the cloud-init file writes it and the page's Multipass line opens it (here in a copy
+    of /etc, bind-mounted in a mount namespace of the test's own), then `sudo lab up 2`
+    as typed: `lab` (setup/lab.sh, its /lab this checkout) found on sudo's secure_path,
+    with sudo's environment (env_reset: no FTL_UI_ADDRESS from a login shell). The UI
+    listens on every interface and the banner gives the address docs/laptops.md gives;
+    the test reaches it on loopback only."""
     etc = tmp_path / "etc"
     shutil.copytree("/etc", etc, symlinks=True, ignore_dangling_symlinks=True)
-    chosen = subprocess.run(["sh", str(lab_ready(tmp_path)), "--ui-address-for", "nocloud"],
-                            capture_output=True, text=True, timeout=10).stdout.strip()
-    (etc / "flask-tuning-lab.conf").write_text(
-        cloud_init_conf().replace("FTL_UI_ADDRESS=\n", f"FTL_UI_ADDRESS={chosen}\n"))
-    sudo_env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8"}
+    (etc / "flask-tuning-lab.conf").write_text(cloud_init_conf())
+    multipass_opens_the_ui(etc / "flask-tuning-lab.conf")
+    bin_dir = lab_command(tmp_path)
     proc = subprocess.Popen(["unshare", "--mount", "sh", "-c",
-                             'mount --bind "$0" /etc && exec "$@"', str(etc), sys.executable,
-                             "-m", "benchmarks.lab", "up", "2", "--results",
-                             str(tmp_path / "results"), "--ui-port", "0"], cwd=ROOT,
-                            env=sudo_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=False)
+                             'mount --bind "$0" /etc && exec "$@"', str(etc), "lab", "up", "2",
+                             "--results", str(tmp_path / "results"), "--ui-port", "0"],
+                            cwd=tmp_path, env=sudo_env(bin_dir), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=False)
     try:
         seen = read_until(proc, "Locust's web UI")
         line = next((ln for ln in seen.splitlines() if "Locust's web UI" in ln), seen)
@@ -223,6 +224,57 @@ def lab_ready(tmp_path: Path) -> Path:
     return script
 
 
+# sudo's PATH on Debian 12 (its /etc/sudoers' secure_path; Ubuntu 24.04 adds /snap/bin):
+# what `sudo CMD` searches, whatever the user's shell had on PATH
+SECURE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LAB_COMMAND = ROOT / "setup" / "lab.sh"  # lab-ready installs it as /usr/local/bin/lab
+
+
+def sudo_env(bin_dir: Path | None = None) -> dict[str, str]:
+    """sudo's environment (env_reset): its secure_path, root's HOME, nothing a login shell
+    exported. `bin_dir` stands first for /usr/local/bin, where lab-ready installs `lab`."""
+    path = f"{bin_dir}:{SECURE_PATH}" if bin_dir else SECURE_PATH
+    return {"PATH": path, "HOME": "/root", "TERM": "dumb", "LANG": "C.UTF-8"}
+
+
+def lab_command(folder: Path) -> Path:
+    """setup/lab.sh as lab-ready installs it (`lab`, mode 0755), its /lab this checkout;
+    the folder it is in (readable by any user, as /usr/local/bin is)."""
+    text = LAB_COMMAND.read_text()
+    assert text.count("\nLAB=/lab\n") == 1
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "lab").write_text(text.replace("\nLAB=/lab\n", f"\nLAB={ROOT}\n"))
+    (bin_dir / "lab").chmod(0o755)
+    for path in (folder, bin_dir):
+        path.chmod(0o755)
+    return bin_dir
+
+
+LAPTOPS = ROOT / "docs" / "laptops.md"
+
+
+def recipe(title: str) -> list[str]:
+    """The commands of the bash block under a `## title` heading of docs/laptops.md."""
+    text = LAPTOPS.read_text()
+    start = text.index(f"\n## {title}")
+    line = text.count("\n", 0, start) + 2
+    blocks = [(n, lines) for n, lang, lines in fenced_blocks(LAPTOPS) if lang == "bash"]
+    n, lines = next((n, lines) for n, lines in blocks if n > line)
+    return [c.text for c in block_commands(LAPTOPS, n, lines)]
+
+
+def multipass_opens_the_ui(conf: Path) -> None:
+    """The Multipass recipe's line that opens the UI, run as the VM would (root), on
+    `conf` in place of the VM's /etc/flask-tuning-lab.conf."""
+    prefix = "multipass exec ftl -- sudo "
+    (line,) = [c for c in recipe("A VM with Multipass") if "FTL_UI_ADDRESS=0.0.0.0" in c]
+    assert line.startswith(prefix) and line.count("/etc/flask-tuning-lab.conf") == 1, line
+    command = line.removeprefix(prefix).replace("/etc/flask-tuning-lab.conf", str(conf))
+    ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=10)
+    assert ran.returncode == 0, ran.stderr
+
+
 def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parses(tmp_path):
     text = CLOUD_INIT.read_text()
     # what make setup needs; the browser, which Ubuntu has as a snap only (an unknown
@@ -232,10 +284,11 @@ def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parse
     assert wanted - cloud_init_packages(text) == set()
     assert browser & cloud_init_packages(text) == set()
     script = lab_ready(tmp_path)
-    assert script.read_text().startswith("#!/bin/sh\n")
-    parsed = subprocess.run(["sh", "-n", str(script)], capture_output=True, text=True,
-                            timeout=10)
-    assert parsed.returncode == 0, parsed.stderr
+    for path in (script, LAB_COMMAND):
+        assert path.read_text().startswith("#!/bin/sh\n")
+        parsed = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True,
+                                timeout=10)
+        assert parsed.returncode == 0, parsed.stderr
     # "ready" means every check passed: the short lab is setup/ready-lab.sh's, strict, and
     # its failure ends lab-ready with status 1 (tests/lab/test_strict.py fails it for real)
     text = script.read_text()
@@ -244,52 +297,174 @@ def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parse
     assert failing.strip().endswith("exit 1") and "NOT ready" in failing
 
 
-@pytest.mark.parametrize("platform, address", [("nocloud", "0.0.0.0"), ("lxd", "0.0.0.0"),
-                                               ("ec2", "127.0.0.1"), ("gce", "127.0.0.1"),
-                                               ("", "127.0.0.1")])
-def test_lab_ready_opens_the_ui_only_on_a_vm_of_the_laptop(tmp_path, platform, address):
-    """cloud-init's platform: Multipass (nocloud) and LXD run on the attendee's laptop;
-    any cloud's VM keeps the UI, which has no login, on its 127.0.0.1 (an SSH tunnel)."""
-    ran = subprocess.run(["sh", str(lab_ready(tmp_path)), "--ui-address-for", platform],
-                         capture_output=True, text=True, timeout=10)
-    assert (ran.returncode, ran.stdout) == (0, f"{address}\n"), ran.stderr
-    assert "FTL_UI_ADDRESS=\n" in cloud_init_conf()   # chosen at first boot
+def ui_address(conf: Path) -> str:
+    """The address `lab up` listens on with this box file and sudo's environment."""
+    code = ("import sys; from pathlib import Path; from benchmarks.sockets_tab import web_ui; "
+            "web_ui.BOX_CONF = Path(sys.argv[1]); print(web_ui.default_ui_address())")
+    ran = subprocess.run([sys.executable, "-c", code, str(conf)], cwd=ROOT, env=sudo_env(),
+                         capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.strip()
 
 
-def test_the_dev_container_runs_the_image_privileged_with_the_ui_forwarded():
-    """.devcontainer/devcontainer.json (JSON with // comments): the Containerfile, where it
-    puts the lab, privileged, port 8089 forwarded, results/ mounted from the workspace."""
+def test_the_ui_stays_on_loopback_on_every_vm_until_the_multipass_line_opens_it(tmp_path):
+    """cloud-init's platform cannot tell a laptop's VM from a room's (Multipass, Proxmox
+    and libvirt all say `nocloud`): the box file says 127.0.0.1 and lab-ready never
+    changes it. Only the Multipass recipe's line of docs/laptops.md, run here on a copy
+    of the file, opens it to 0.0.0.0."""
+    assert "FTL_UI_ADDRESS=" not in lab_ready(tmp_path).read_text()
+    conf = tmp_path / "flask-tuning-lab.conf"
+    conf.write_text(cloud_init_conf())
+    assert ui_address(conf) == "127.0.0.1"
+    multipass_opens_the_ui(conf)
+    assert ui_address(conf) == "0.0.0.0"
+
+
+def test_the_cloud_init_file_writes_setup_lab_ready_as_it_is():
+    """One lab-ready: the cloud-init file's (written before any clone exists) is
+    setup/lab-ready.sh, which a VM made without that file (Lima) installs from the clone."""
+    assert written_file("/usr/local/sbin/lab-ready") == \
+        (ROOT / "setup" / "lab-ready.sh").read_text()
+
+
+def test_the_lima_recipe_installs_lab_ready_and_runs_it():
+    """docs/laptops.md's Lima block installs setup/lab-ready.sh where the cloud-init file
+    puts it (on sudo's secure_path), then runs it: a Lima box is checked as ready too. The
+    cloud-init file's own header says so."""
+    commands = recipe("A VM with Lima")
+    install = ("limactl shell ftl sudo install -m 0755 /lab/setup/lab-ready.sh "
+               "/usr/local/sbin/lab-ready")
+    assert install in commands, commands
+    assert commands.index("limactl shell ftl sudo lab-ready") > commands.index(install)
+    assert "/usr/local/sbin" in SECURE_PATH.split(":")
+    comments = [ln.lstrip("# ") for ln in CLOUD_INIT.read_text().splitlines()
+                if ln.startswith("#")]
+    assert "Lima, which writes its own user-data, installs lab-ready from the clone, " \
+        "setup/lab-ready.sh, and runs it by hand" in " ".join(" ".join(comments).split())
+
+
+@pytest.fixture
+def lab_bin():
+    """lab_command() in a folder any user can read (pytest's tmp_path is root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="ftl-lab-command-"))
+    try:
+        yield lab_command(folder)
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_sudo_lab_runs_a_lab_command_as_typed_through_secure_path(lab_bin, tmp_path):
+    """`sudo lab list` from the user's own folder, with sudo's environment: `lab`, where
+    lab-ready installs it, is on secure_path, and runs the lab from /lab with its venv,
+    no activate needed."""
+    if os.geteuid() != 0:
+        pytest.skip("sudo runs `lab` as root")
+    assert "install -m 0755 setup/lab.sh /usr/local/bin/lab" in lab_ready(tmp_path).read_text()
+    assert "/usr/local/bin" in SECURE_PATH.split(":")
+    ran = subprocess.run(["lab", "list"], cwd=tmp_path, env=sudo_env(lab_bin),
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "main: make lab STAGES=main" in ran.stdout
+
+
+def test_sudo_lab_alone_is_a_root_shell_in_the_lab_with_its_venv(lab_bin, tmp_path):
+    """`sudo lab`: a shell in /lab whose `python` is the lab's venv's, as the labs'
+    commands assume (here its commands come on stdin, not from a terminal)."""
+    if os.geteuid() != 0:
+        pytest.skip("sudo runs `lab` as root")
+    ran = subprocess.run(["lab"], input="command -v python\npwd\n", cwd=tmp_path,
+                         env=sudo_env(lab_bin), capture_output=True, text=True, timeout=30)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [str(ROOT / ".venv" / "bin" / "python"), str(ROOT)]
+    assert "a root shell in" in ran.stderr
+
+
+def test_lab_without_root_says_so_instead_of_running_in_host_mode(lab_bin):
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run it as another user")
+    ran = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          str(lab_bin / "lab"), "up", "0"], cwd="/", env=sudo_env(lab_bin),
+                         capture_output=True, text=True, timeout=30)
+    assert (ran.returncode, ran.stdout) == (1, ""), ran.stderr
+    assert ran.stderr == "lab: the lab needs root (a network namespace per host): sudo lab up 0\n"
+
+
+# The one way into the lab on a VM, in the same words on every page that speaks to a
+# VM's user (whitespace aside)
+VM_PAGES = (LAPTOPS, ROOT / "exercises" / "INSTRUCTOR.md", ROOT / "exercises" / "00-setup.md")
+WAY_IN = ("`sudo lab` opens a root shell in `/lab` with the lab's venv first on `PATH`, "
+          "where every command of the labs runs as written")
+
+
+def test_every_vm_page_gives_the_same_way_into_the_lab():
+    """...and no page tells `sudo python -m ...`, which fails on a VM as typed (no
+    `python`, no venv through sudo's secure_path, not in /lab)."""
+    missing = [rel(p) for p in VM_PAGES if WAY_IN not in " ".join(p.read_text().split())]
+    assert not missing, f"{missing} do not say: {WAY_IN}"
+    broken = [rel(p) for p in docs() if re.search(r"sudo python3? -m", p.read_text())]
+    assert not broken, broken
+
+
+def test_the_rehearsal_is_ready_lab_wherever_a_box_is_proven_ready(tmp_path):
+    """setup/ready-lab.sh is lab-ready's, make image-test's and the instructor's rehearsal,
+    as its header says: each runs it."""
+    assert "sh setup/ready-lab.sh 0,2 5" in lab_ready(tmp_path).read_text()
+    assert "sh setup/ready-lab.sh" in (ROOT / "setup" / "image-test.sh").read_text()
+    commands = [c.text for c in doc_commands(ROOT / "exercises" / "INSTRUCTOR.md")]
+    assert any(c.startswith("sh setup/ready-lab.sh ") for c in commands), commands
+
+
+def dev_container() -> dict:
+    """.devcontainer/devcontainer.json (JSON with // comments)."""
     import json
-    import re
 
     text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
-    config = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+    return json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
+
+
+def test_the_dev_container_opens_the_clone_in_the_image_privileged_with_the_ui_forwarded():
+    """The Containerfile's image, privileged, port 8089 forwarded; the editor's folder is
+    the clone's mount, not the image's copy of the code (its WORKDIR), so an edit is what
+    the lab runs and outlives a rebuild."""
+    config = dev_container()
     built = (ROOT / ".devcontainer" / config["build"]["dockerfile"]).resolve()
     assert built == ROOT / "Containerfile"
     workdir = re.search(r"^WORKDIR (\S+)$", built.read_text(), flags=re.M)[1]
-    assert config["workspaceFolder"] == workdir
+    mounted = re.search(r"target=([^,]+),", config["workspaceMount"])[1]
+    assert config["workspaceFolder"] == mounted != workdir
+    assert "source=${localWorkspaceFolder}," in config["workspaceMount"]
     assert "--privileged" in config["runArgs"] and 8089 in config["forwardPorts"]
     # nothing runs on the host, whose shell differs (cmd.exe on Windows)
     assert "initializeCommand" not in config
-    assert "source=${localWorkspaceFolder},target=/workspace," in config["workspaceMount"]
 
 
-def test_the_dev_container_links_results_into_the_workspace_once(tmp_path):
-    """postCreateCommand, run by sh as the container does, on copies of /lab and
-    /workspace: /lab/results becomes a link to the workspace's results/ (made if
-    missing), and a second run (a rebuilt container's) changes nothing."""
-    import json
-    import re
-
-    text = (ROOT / ".devcontainer" / "devcontainer.json").read_text()
-    command = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))["postCreateCommand"]
+def test_the_dev_container_runs_the_clone_with_the_images_environments(tmp_path):
+    """postCreateCommand, run by sh as the container does (twice: a rebuilt container's),
+    on copies of /lab (its installed venvs, their make stamps) and /workspace (the clone's
+    Makefile and requirements files, older than the stamps: the image was built from
+    them). Then the Makefile's own make finds both environments installed, so `make lab`
+    in the workspace needs no network; a lock changed since the build is installed."""
     lab, workspace = tmp_path / "lab", tmp_path / "workspace"
-    (lab / "results").mkdir(parents=True)      # the image's empty /lab/results
     workspace.mkdir()
+    for path in [ROOT / "Makefile", *ROOT.glob("requirements*")]:
+        shutil.copy(path, workspace)
+        os.utime(workspace / path.name, (1e9, 1e9))   # the clone, before the build
+    for venv in (".venv", ".venv-eventlet"):
+        (lab / venv).mkdir(parents=True)
+        (lab / venv / ".installed").touch()           # the image's build
+    command = dev_container()["postCreateCommand"]
     command = command.replace("/workspace", str(workspace)).replace("/lab", str(lab))
     for _ in range(2):
         ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=10)
         assert ran.returncode == 0, ran.stderr
-    assert (lab / "results").resolve() == workspace / "results"
-    (lab / "results" / "run").mkdir()
-    assert (workspace / "results" / "run").is_dir()
+    assert (workspace / ".venv").resolve() == lab / ".venv"
+    assert (workspace / ".venv-eventlet").resolve() == lab / ".venv-eventlet"
+
+    def installed() -> int:
+        """make -q: 0 when both stamps are up to date (nothing to install)."""
+        return subprocess.run(["make", "-q", ".venv/.installed", ".venv-eventlet/.installed"],
+                              cwd=workspace, capture_output=True, timeout=30).returncode
+
+    assert installed() == 0
+    (workspace / "requirements.lock").touch()
+    assert installed() == 1

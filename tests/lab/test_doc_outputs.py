@@ -191,6 +191,27 @@ def test_the_reference_page_counts_the_checks_of_its_table():
     assert claimed == sum(total for _, total in passed) == sum(ok for ok, _ in passed)
 
 
+def test_the_reference_pages_say_what_the_capture_has_and_what_its_command_runs_now():
+    """docs/reference-run.md: the capture's commit, its stage count and whether it has
+    stage 9, read from notebooks/reference-run/; what its `make lab STAGES=...` runs now,
+    read from benchmarks/stages.py. README.md's stage count is the capture's."""
+    text = " ".join(REFERENCE_PAGE.read_text().split())
+    captured = reference.captured_stages()
+    commit = json.loads((reference.DEST / "run.json").read_text())["git_commit"]
+    assert re.search(r"taken at commit ([0-9a-f]{7,})", text)[1] == commit[:7]
+    has = re.search(r"the capture has (\d+) stages and (no stage 9|stage 9)", text)
+    assert has and int(has[1]) == len(captured), has
+    assert (has[2] == "no stage 9") == ("9" not in {s.key for s in captured})
+    command = re.search(r"`make lab STAGES=(\S+)`", text)[1]
+    now = stages.select(command)
+    said = re.search(r"the same command now runs (\d+) stages and (\d+) checks", text)
+    assert said and (int(said[1]), int(said[2])) == (
+        len(now), sum(len(s.checks) for s in now)), said
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"committed reference run \([^)]*?(\d+) stages, one run each\)", readme)
+    assert found and int(found[1]) == len(captured), found
+
+
 def test_the_reference_capture_is_quiet_and_whole():
     """Every captured stage ran with others' CPU under 5% of the server's, and has its
     profile's shares and the server's own percentiles."""
@@ -222,6 +243,19 @@ def test_check_counts_in_the_labs_are_the_registrys():
             assert int(claimed) == wanted, f"{path.name}: STAGES={spec} has {wanted} checks"
             found += 1
     assert found
+
+
+def test_lab_11s_stage_lists_are_the_failures_set():
+    """README's row for lab 11 and the exercise index's entry list the `failures` set as
+    benchmarks/stages.py runs it: every twin, each beside its base stage."""
+    wanted = [s.key for s in stages.select("failures")]
+    readme = (ROOT / "README.md").read_text()
+    row = re.search(r"^\| \[11 [^]]+\]\([^)]+\) \| ([^|]+) \|", readme, re.M)
+    index = (ROOT / "exercises" / "README.md").read_text()
+    entry = re.search(r"\(the `failures` set: stages ([\w, ]+)\)", index)
+    for where, found in (("README.md", row), ("exercises/README.md", entry)):
+        assert found, f"{where} no longer lists lab 11's stages"
+        assert found[1].strip().split(", ") == wanted, f"{where}: {found[1]}, not {wanted}"
 
 
 def test_the_readmes_main_line_counts_are_the_registrys():

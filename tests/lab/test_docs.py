@@ -93,6 +93,8 @@ RULES = [
     Rule(r"python -c \"from pathlib import Path; from benchmarks.sandbox import nginx_conf; ", RUN,
          "renders a stage's Nginx config into a folder under /tmp"),
     Rule(r"make ", PARSE, "setup installs packages; test, lab and book run for minutes"),
+    Rule(r"sh setup/ready-lab\.sh [\w,]+ \d+$", PARSE,
+         "a short strict lab (make lab ... LAB_ARGS=--strict): a minute of load"),
     # servers and load
     Rule(r"(gunicorn |flask --app app run )", PARSE,
          "the server command a stage runs, shown beside `lab up`, which starts it"),
@@ -827,7 +829,8 @@ def test_fences_are_commands_or_output(path):
 
 def test_powershell_blocks_paste_into_powershell():
     """One command a line (PowerShell's continuation is a backtick, not `\\`), only the
-    Windows tools the pages name, and no cmd-only or bash-only syntax."""
+    Windows tools the pages name, no cmd-only or bash-only syntax, and no current
+    folder: the clone is in WSL, PowerShell's folder a Windows one."""
     found = 0
     for path in docs():
         for n, lang, lines in fenced_blocks(path):
@@ -838,8 +841,33 @@ def test_powershell_blocks_paste_into_powershell():
                 where = f"{rel(path)}:{n}: {line}"
                 assert line.split()[0] in POWERSHELL_TOOLS, where
                 assert not line.rstrip().endswith(("\\", "`")), where
-                assert "$PWD/" not in line and "%CD%" not in line, where   # ${PWD}/ is PowerShell's
-    assert found >= 3
+                # the clone is in WSL (docs/laptops.md): PowerShell's folder is Windows'
+                assert "PWD" not in line and "%CD%" not in line, where
+    assert found >= 2
+
+
+# A port mapping of Locust's UI (no login) that says no address: `docker run -p 8089:8089`
+# publishes it on every interface of the laptop, the room's network included.
+OPEN_MAPPING = re.compile(r"(?:-p|--publish)[ =](?!127\.0\.0\.1:)[\d.:]*8089\b")
+
+
+def mapping_files() -> list[Path]:
+    """Where a reader or a maintainer finds a `docker run` line: the docs, the
+    Containerfile, the dev container, setup/ and the lab's code."""
+    return [*docs(), ROOT / "Containerfile", ROOT / ".devcontainer" / "devcontainer.json",
+            *sorted(p for p in (ROOT / "setup").iterdir() if p.is_file()),
+            *sorted((ROOT / "benchmarks").rglob("*.py"))]
+
+
+def test_every_port_mapping_of_the_ui_is_on_the_laptops_loopback():
+    """`-p 127.0.0.1:8089:8089`, never `-p 8089:8089`, wherever a mapping is written."""
+    found = [f"{rel(path)}:{n}: {line.strip()}" for path in mapping_files()
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if OPEN_MAPPING.search(line)]
+    assert not found, found
+    assert OPEN_MAPPING.search("docker run -p 8089:8089 x")
+    assert OPEN_MAPPING.search("docker run --publish=0.0.0.0:8089:8089 x")
+    assert not OPEN_MAPPING.search("docker run -p 127.0.0.1:8089:8089 x")
 
 
 @pytest.mark.parametrize("command", [pytest.param(c, id=c.where) for c in COMMANDS])

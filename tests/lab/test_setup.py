@@ -47,6 +47,9 @@ def test_a_python_older_than_3_11_stops_setup_with_the_fix():
     line = one_line(preflight("box", python))
     assert "is Python 3.10" in line and "3.11 or newer" in line
     assert "make setup PYTHON=" in line
+    # the README quotes it, as said of a `python3` that is 3.10
+    quoted = line.replace(f"setup: {python} is", "setup: python3 is")
+    assert quoted in (ROOT / "README.md").read_text().splitlines(), quoted
 
 
 def test_a_missing_python_is_named():
