@@ -323,7 +323,7 @@ def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict 
     try:
         # serving, not only bound: a test's first request must not wait for a worker
         # that is still importing the app (over 5 s on an emulated arm64 box)
-        procs.wait_until_answers(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
+        procs.wait_until_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
         yield f"http://127.0.0.1:{port}", proc
     finally:
         # quick shutdown (TERM waits ~3 s for eventlet), to the master alone (runner.Stack.stop)

@@ -194,8 +194,9 @@ CATALOGUE: dict[str, Metric] = {
                               "times in its access log): a GET whose reused connection was "
                               "closed under it"),
     "upstream_ports_in_time_wait": Metric(
-        f"{_SAMPLER} tw_upstream_client, {results.SYSCTL_JSON}",
-        "the share of the local port range that Nginx's TIME_WAIT held at the peak"),
+        f"{_SAMPLER} tw_upstream_client, estab_upstream, {results.SYSCTL_JSON}",
+        "the share of the local port range that Nginx's TIME_WAIT held at the peak, of "
+        "the ports no open connection (a websocket, a request under way) held"),
     "server_keepalive": Metric(f"{results.VERIFY_JSON} server_keepalive",
                                "1 when the server answered `Connection: keep-alive`, 0 if not"),
     # stages with several app hosts (stage 6)
@@ -412,12 +413,26 @@ def front_metrics(stage_dir: Path, stage: Stage, m: dict) -> dict:
     if not stage.front:
         return dict.fromkeys(("nginx_eaddrnotavail", "nginx_worker_connections",
                               "upstream_prematurely_closed", "upstream_ports_in_time_wait"))
-    errors, ports = nginx_errors.counts(stage_dir), m["local_ports"]
+    errors = nginx_errors.counts(stage_dir)
     return {"nginx_eaddrnotavail": errors["eaddrnotavail"],
             "nginx_worker_connections": errors.get("worker_connections"),
             "upstream_prematurely_closed": errors.get("upstream_closed"),
-            "upstream_ports_in_time_wait": (
-                round(m["tw_upstream_client_peak"] / ports, 3) if ports else None)}
+            "upstream_ports_in_time_wait": ports_in_time_wait(
+                stage_dir / results.SAMPLER_CSV, m["local_ports"])}
+
+
+def ports_in_time_wait(sampler_csv: Path, ports: int | None) -> float | None:
+    """The largest share, over the sampler's rows, of the proxy's local ports toward the
+    app that TIME_WAIT held, of those no open connection held at that moment. Once the
+    range is full, a port is in TIME_WAIT or under an open connection: the websockets
+    for their whole session, the requests under way until they end. Those are few on a
+    fast box and a third of a small range on one half as fast (more requests under way
+    at once), so the share counts the ports left to TIME_WAIT. None without a range."""
+    if not ports:
+        return None
+    shares = [row["tw_upstream_client"] / max(1, ports - (row.get("estab_upstream") or 0))
+              for row in csvfile.rows(sampler_csv) if row.get("tw_upstream_client") is not None]
+    return round(max(shares), 3) if shares else None
 
 
 def cpu_per_request(sampler_csv: Path, rps: float | None) -> dict:

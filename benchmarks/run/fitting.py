@@ -12,8 +12,10 @@ the machine), and the run says so.
 from __future__ import annotations
 
 from benchmarks import stages
+from benchmarks.run.cli import say
 from benchmarks.run.options import RunOptions
 from benchmarks.sandbox import hosts, sandbox
+from benchmarks.stages import Stage
 
 PORT_RANGE = "net.ipv4.ip_local_port_range"
 TW_BUCKETS = "net.ipv4.tcp_max_tw_buckets"
@@ -65,3 +67,17 @@ def fit_tw_cap(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> int
         return None
     _write(box, {TW_BUCKETS: str(wanted)})
     return wanted
+
+
+def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, ports: str | None,
+               cap: int | None) -> None:
+    """What this module changed for this machine's speed, if anything, said in the run."""
+    where = ", ".join(stage.connecting_roles)
+    if ports:
+        say(f"  port range {ports} on {where}: the warm-up answered {rps:.0f} req/s, so the "
+            f"narrowed range fills within the first 1/{FILL_WITHIN} of "
+            f"{opts.duration:g} s at that rate")
+    if cap:
+        say(f"  tcp_max_tw_buckets {cap} on {where}: the warm-up answered {rps:.0f} req/s, "
+            f"so the cap fills within the first 1/{TW_FILL_WITHIN} of warm-up and "
+            f"window at that rate")

@@ -205,20 +205,6 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
         return None
 
 
-def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, ports: str | None,
-               cap: int | None) -> None:
-    """What benchmarks/run/fitting.py changed for this machine's speed, if anything."""
-    where = ", ".join(stage.connecting_roles)
-    if ports:
-        say(f"  port range {ports} on {where}: the warm-up answered {rps:.0f} req/s, so the "
-            f"narrowed range fills within the first 1/{fitting.FILL_WITHIN} of "
-            f"{opts.duration:g} s at that rate")
-    if cap:
-        say(f"  tcp_max_tw_buckets {cap} on {where}: the warm-up answered {rps:.0f} req/s, "
-            f"so the cap fills within the first 1/{fitting.TW_FILL_WITHIN} of warm-up and "
-            f"window at that rate")
-
-
 def wait_for_run_start(locust: subprocess.Popen, log: Path, workers: int) -> None:
     """Until Locust's run has begun: its timer starts as it logs `RUN_STARTED`, after it
     has imported its locustfiles (and, as a master, seen its workers join): under a
@@ -342,6 +328,20 @@ def recorded(load: Load, stage_dir: Path, opts: RunOptions,
         yield
 
 
+def measured(stage: Stage, box: sandbox.Sandbox, stack: Stack, load: Load, stage_dir: Path,
+             users_file: Path, opts: RunOptions, classes) -> int | None:
+    """`measure` with its window's recorders, a crash twin's probe among them, which is
+    waited for after the window (its recovery may outlast it)."""
+    crashing: list[subprocess.Popen] = []
+    crash_probe = (partial(crash.start, box, stack, stage_dir, users_file, opts.duration)
+                   if crash.wanted(stage) else None)
+    count_from = measure(load, stage_dir, users_file, opts, classes, partial(
+        recorded, load, stage_dir, opts, crash_probe, crashing))
+    for probe in crashing:
+        say(f"  {crash.finish(probe, stage_dir, opts.duration)}")
+    return count_from
+
+
 def evaluate_stage(stage: Stage, stage_dir: Path,
                    leave_out: tuple[str, ...] = ()) -> tuple[dict, list[dict]]:
     """metrics.json and checks.json of a measured stage folder; (metrics, checks), the
@@ -428,20 +428,14 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             shown.phase("warm-up")
             classes = locust_cli.load_classes(stage.users, opts)
             warm_rps = warm_up(load, stage_dir, users_file, opts, classes)
-            say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
-                       fitting.fit_tw_cap(box, warm_rps, opts))
+            fitting.say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
+                               fitting.fit_tw_cap(box, warm_rps, opts))
             sysctls = record_hosts(stage, box, stage_dir)
             shown.phase("measuring")
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            crashing: list[subprocess.Popen] = []
-            crash_probe = (partial(crash.start, box, stack, stage_dir, users_file, opts.duration)
-                           if crash.wanted(stage) else None)
-            count_from = measure(load, stage_dir, users_file, opts, classes, partial(
-                recorded, load, stage_dir, opts, crash_probe, crashing))
-            for probe in crashing:
-                say(f"  {crash.finish(probe, stage_dir, opts.duration)}")
+            count_from = measured(stage, box, stack, load, stage_dir, users_file, opts, classes)
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from

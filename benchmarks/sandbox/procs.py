@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,17 +128,29 @@ def answers(url: str) -> bool:
         return False
 
 
-def wait_until_answers(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    """Block until a GET of `url` answers 200 (`answers`). A server's port opens before
-    it serves: gunicorn's master binds it, then each worker imports the app, which on an
-    emulated or slow box takes seconds."""
+def serves(url: str) -> bool:
+    """A GET of `url` gets an HTTP answer within a second, whatever its status (a 503
+    from an app whose Redis is down is an answer: the server is serving)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
+def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Block until a GET of `url` gets an HTTP answer (`serves`). A server's port opens
+    before it serves: gunicorn's master binds it, then each worker imports the app,
+    which on an emulated or slow box takes seconds."""
     deadline = time.monotonic() + timeout
-    while not answers(url):
+    while not serves(url):
         if proc.poll() is not None:
             raise ServiceError(f"process {proc.args!r} exited with {proc.returncode} "
                                f"before {url} answered")
         if time.monotonic() > deadline:
-            raise ServiceError(f"{url} did not answer 200 within {timeout:g} s")
+            raise ServiceError(f"{url} gave no HTTP answer within {timeout:g} s")
         time.sleep(0.1)
 
 

@@ -61,12 +61,13 @@ def test_the_sampler_counts_a_loop_it_does_not_know_as_foreign(tmp_path):
                                      "unowned": (str(SERVER_CPU), [])})
         subprocess.run(cmd, cwd=ROOT, check=True, timeout=30, env=procs.child_env())
     rows = csvfile.rows(out)[1:]  # the first interval includes the loop's start-up
-    # Each row against the loop's own CPU in it, not against 100%: under a CPU quota
-    # (`make test-slow`) the CPU idles while the loop is throttled
-    assert min(r["cpu_spin"] for r in rows) >= 30, rows
-    for r in rows:
-        assert r["foreign_cpu_unowned"] >= r["cpu_spin"] - 5, rows  # the loop is foreign,
-        assert r["foreign_cpu_owned"] <= r["foreign_cpu_unowned"] - r["cpu_spin"] + 10, rows
+    # Each row against the loop's own CPU in it, not against 100%: on a slow or crowded
+    # box (`make test-slow`) the loop gets only a share of its CPU
+    assert min(r["cpu_spin"] for r in rows) >= 10, rows
+    for r in rows:  # the set that does not own the loop counts all of it as foreign; the
+        # owner counts the rest (the same /proc reading: equal to a rounding)
+        assert r["foreign_cpu_unowned"] - r["foreign_cpu_owned"] == pytest.approx(
+            r["cpu_spin"], abs=3), rows
 
 
 def test_cpu_set_specs_are_checked():
