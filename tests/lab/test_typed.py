@@ -363,3 +363,9 @@ def test_a_changed_command_is_unlisted_and_the_old_one_stale(tmp_path):
     assert unlisted_and_stale([page], registry) == ([f"{page}:3: `make tests`"],
                                                      [f"{page}: `make test`"])
     assert not runs_verbatim(".ci/run", "make tests")
+
+
+def test_the_page_that_says_what_was_tried_points_here():
+    text = " ".join((ROOT / "docs" / "laptops.md").read_text().split())
+    assert "The pages' commands, as typed** (`tests/lab/test_typed.py`" in text
+    assert "`REGISTRY`" in text and set(REGISTRY) == {rel(p) for p in PAGES}
