@@ -240,7 +240,8 @@ def wsl_root(tmp: Path) -> Shell:
     """docs/laptops.md: WSL's Debian, as root, cloning to /lab: here this clone, to a
     folder of the test's."""
     if shutil.which("git") is None or subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+            timeout=30).returncode:
         pytest.skip("no git, or this copy of the repository is no git clone to clone")
     return Shell(tmp / "root", login_env(tmp / "root", SECURE_PATH),
                  stands_for={"REPOSITORY_URL": str(ROOT), "/lab": str(tmp / "lab")})
