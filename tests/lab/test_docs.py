@@ -79,6 +79,10 @@ RULES = [
     # the lab and its tools
     Rule(r"python -m benchmarks\.lab list$", RUN, "prints the stage registry; starts nothing"),
     Rule(r"python -m benchmarks(\.\w+)+ (-h|--help)$", RUN, "prints help; starts nothing"),
+    Rule(r"sudo lab\b", PARSE,
+         "a VM's way into the lab (setup/lab.sh, which lab-ready installs): test_typed.py "
+         "types it as the VM's user; `sudo lab up 2` holds a stage up"),
+    Rule(r"exit(\s+#.*)?$", PARSE, "leaves the shell `sudo lab` opened (test_typed.py types it)"),
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
@@ -700,8 +704,16 @@ def sleep_problem(words: list[str]) -> str:
     return "" if ok else f"sleep takes one duration, not {words}"
 
 
+def sudo_problem(words: list[str]) -> str:
+    """`sudo lab ARGS`: setup/lab.sh runs `python -m benchmarks.lab ARGS`, so the lab's
+    parser; `sudo lab` alone opens a shell."""
+    if words[:1] != ["lab"]:
+        return f"the pages give `sudo lab` only, not sudo {' '.join(words)}"
+    return module_problem("lab", words[1:]) if words[1:] else ""
+
+
 PARSERS = {"make": make_problem, "gunicorn": gunicorn_problem, "flask": flask_problem,
-           "wrk": wrk_problem, "sleep": sleep_problem}
+           "wrk": wrk_problem, "sleep": sleep_problem, "sudo": sudo_problem}
 
 
 def shell_syntax(text: str) -> str:
