@@ -33,12 +33,14 @@ START_TIMEOUT = 60.0
 
 
 def viewer_command(stage: Stage, stage_dir: Path, port: int) -> list[str]:
-    """Locust's web UI over a finished stage's capture, a 0-user swarm started. Its host
-    is NOWHERE: it runs on the machine's own network, where the locustfiles refuse a lab
+    """Locust's web UI over a finished stage's capture, a 0-user swarm started that stops
+    after 1 s, so the header reads STOPPED, as the stage is, by the time a browser looks
+    (clicking Stop waited for the UI's next poll: about 4 s a screenshot). Its host is
+    NOWHERE: it runs on the machine's own network, where the locustfiles refuse a lab
     address; the header is given the stage's entry instead (save)."""
     return locust_cli.command(stage.users, [
         "--web-host", "127.0.0.1", "--web-port", str(port), "--host", NOWHERE,
-        "--autostart", "-u", "0", "-r", "1",
+        "--autostart", "-u", "0", "-r", "1", "-t", "1s",
         "--sockets-csv", str(stage_dir / results.SAMPLER_CSV), "--sockets-finished"],
         sockets_tab=True)
 
@@ -73,8 +75,7 @@ def save(stage: Stage, stage_dir: Path, url: str = NOWHERE) -> Path:
             raise StageFailed(f"Locust's web UI did not start: {e}; see {log}") from e
         with headless.chromium() as driver:
             driver.get(f"http://127.0.0.1:{port}")
-            headless.stop_swarm(driver, wait=30)  # the header says STOPPED, as the stage is
-            headless.wait_for_status(driver, "STOPPED")
+            headless.wait_for_status(driver, "STOPPED")  # its 1 s run is over
             headless.open_sockets_tab(driver)
             headless.wait_for_table(driver)
             headless.show_in_header(driver, {**header_figures(stage_dir), "Host": url})
