@@ -20,16 +20,22 @@ KV_TTL = 60  # seconds
 @bp.get("/healthz")
 def healthz():
     """200 when Redis answers and accepts a write, else 503 with the reason."""
-    info = {"redisMode": current_app.config["REDIS_MODE"],
-            "asyncMode": current_app.extensions["socketio"].async_mode}
+    body, status = report(current_app.extensions["socketio"].async_mode)
+    return jsonify(body), status
+
+
+def report(async_mode: str) -> tuple[dict, int]:
+    """The health check's answer and status, for the Flask view and the asyncio
+    server's /healthz (app/realtime_asgi.py) alike."""
+    info = {"redisMode": current_app.config["REDIS_MODE"], "asyncMode": async_mode}
     try:
         get_redis().set(PROBE_KEY, int(time.time()), ex=60)
     except RedisError as e:
         message = redis_unavailable(e)
         if message is None:
             raise
-        return jsonify({**error_body(503, message), "status": "unavailable", **info}), 503
-    return jsonify({"status": "ok", **info})
+        return {**error_body(503, message), "status": "unavailable", **info}, 503
+    return {"status": "ok", **info}, 200
 
 
 @bp.get("/kv/<key>")

@@ -30,7 +30,7 @@ import os
 import sys
 from functools import wraps
 
-from flask import Flask, abort, current_app, session
+from flask import Flask, abort, current_app, request, session
 from flask_socketio import SocketIO, join_room
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
@@ -38,7 +38,7 @@ from werkzeug.exceptions import HTTPException
 from . import chat_store, socket_guard
 from .errors import error_body, redis_unavailable
 from .redis_store import get_redis
-from .rooms import room_name, room_or_abort, store_message
+from .rooms import broadcast_message, room_name, room_or_abort, save_message
 from .tokens import TokenError, live_claims, socket_token
 from .validation import check_content, check_message_key, parse_id
 
@@ -82,40 +82,40 @@ def redis_error_body(e: RedisError) -> dict:
     """503 for a Redis that cannot serve now, 500 (logged) for anything else."""
     message = redis_unavailable(e)
     if message is None:
-        current_app.logger.exception("unhandled Redis error in Socket.IO event")
+        current_app.logger.error("unhandled Redis error in Socket.IO event", exc_info=e)
         return error_body(500, "internal server error")
     current_app.logger.warning("Redis unavailable: %s: %s", type(e).__name__, e)
     return error_body(503, message)
 
 
-def ack_errors(handler):
-    """Turn an event handler's failures into an ack ``{error, message}``."""
-    @wraps(handler)
-    def wrapped(*args):
-        try:
-            caller()
-            return handler(args[0] if args else None)
-        except HTTPException as e:
-            return error_body(e.code, e.description)
-        except RedisError as e:
-            return redis_error_body(e)
-        except Exception:
-            current_app.logger.exception("unhandled error in Socket.IO event")
-            return error_body(500, "internal server error")
-    return wrapped
+# --- the rules of every event, shared by Flask-SocketIO's handlers below and the
+# asyncio server's (app/realtime_asgi.py). Each takes the connection's state (the
+# dict `connect_state` made: Flask-SocketIO's session here, python-socketio's there)
+# and needs the Flask app's context (settings, Redis); each fails with an
+# HTTPException or a RedisError, which `event_error` turns into the ack.
+
+def event_error(e: Exception) -> dict:
+    """An event's failure as its ack ``{error, message}``."""
+    if isinstance(e, HTTPException):
+        return error_body(e.code, e.description)
+    if isinstance(e, RedisError):
+        return redis_error_body(e)
+    current_app.logger.error("unhandled error in Socket.IO event", exc_info=e)
+    return error_body(500, "internal server error")
 
 
-def caller() -> int:
+def caller(state) -> int:
     """The connection's user id, while its token is still live (401 otherwise)."""
     try:
-        return live_claims(session.get("token"))["uid"]
+        return live_claims(state.get("token"))["uid"]
     except TokenError as e:
         abort(401, str(e))
 
 
-def on_connect(auth=None):
-    """Accept only a live token (auth dict, Authorization header or ?token=)."""
-    token = socket_token(auth)
+def connect_state(auth, environ) -> dict:
+    """A connection's state, for a live token only (auth dict, Authorization header or
+    ?token=); refused otherwise."""
+    token = socket_token(auth, environ)
     try:
         claims = live_claims(token)
     except TokenError as e:
@@ -123,11 +123,7 @@ def on_connect(auth=None):
         raise ConnectionRefusedError(error_body(401, str(e))) from None
     except RedisError as e:
         raise ConnectionRefusedError(redis_error_body(e)) from None
-    # Flask-SocketIO keeps a private session per socket for its events.
-    session["token"] = token
-    session["uid"] = claims["uid"]
-    session["name"] = claims["name"]
-    session["room"] = None
+    return {"token": token, "uid": claims["uid"], "name": claims["name"], "room": None}
 
 
 def id_field(data: dict, name: str, zero_ok: bool = False) -> int:
@@ -141,50 +137,99 @@ def id_field(data: dict, name: str, zero_ok: bool = False) -> int:
     return number
 
 
-@ack_errors
-def on_join_room(data):
+def join_checked(state, data) -> tuple[int, int | None]:
+    """joinRoom's checks: a live token, the payload, membership; (room, after)."""
+    caller(state)
     if not isinstance(data, dict) or data.get("roomId") is None:
         abort(400, "payload must be {roomId, after?}")
     after = None if data.get("after") is None else id_field(data, "after", zero_ok=True)
-    room = room_or_abort(id_field(data, "roomId"), session["uid"])
-    # Join first, then read: a message stored in between arrives both ways
-    # (clients drop an id they already have) instead of neither.
-    join_room(room_name(room))
-    session["room"] = room
-    ack = {"ok": True, "roomId": room, "pid": os.getpid()}
-    if after is not None:
-        missed = chat_store.messages_after(get_redis(), room, session["uid"], after,
-                                           CATCH_UP_MAX)
-        ack["missed"] = missed or []
-    return ack
+    return room_or_abort(id_field(data, "roomId"), state["uid"]), after
 
 
-@ack_errors
-def on_send_message(data):
+def joined_ack(room: int) -> dict:
+    return {"ok": True, "roomId": room, "pid": os.getpid()}
+
+
+def missed_since(state, room: int, after: int) -> list:
+    """What the member missed since message `after` (read once it has joined: a message
+    stored in between arrives both ways, and clients drop an id they already have)."""
+    return chat_store.messages_after(get_redis(), room, state["uid"], after,
+                                     CATCH_UP_MAX) or []
+
+
+def send_checked(state, data) -> dict:
+    """sendMessage's checks and store: a live token, the payload, then the message stored
+    (membership is checked inside the same atomic script). Not broadcast yet."""
+    caller(state)
     content = check_content(data)
     key = check_message_key(data.get("clientId"), "clientId")
     if data.get("roomId") is not None:
         room = id_field(data, "roomId")
-    elif session.get("room") is not None:
-        room = session["room"]
+    elif state.get("room") is not None:
+        room = state["room"]
     else:
         abort(400, "no roomId given and no room joined yet")
-    # Membership is checked inside the same atomic script that stores.
-    message = store_message(room, session["uid"], session.get("name"), content, key)
+    return save_message(room, state["uid"], state.get("name"), content, key)
+
+
+def sent_ack(message: dict) -> dict:
     return {"id": message["id"], "ts": message["ts"]}
 
 
-def init_app(app: Flask) -> SocketIO:
-    """Create this app's SocketIO server and register the events."""
-    config = app.config
-    options = {
-        "async_mode": async_mode(app),
+def server_options(config) -> dict:
+    """The Engine.IO/Socket.IO options both servers take from the settings."""
+    return {
         "cors_allowed_origins": config["CORS_ALLOWED_ORIGINS"],
         "max_http_buffer_size": config["MAX_CONTENT_LENGTH"],
         "transports": config["SOCKETIO_TRANSPORTS"],
         "ping_interval": config["SOCKETIO_PING_INTERVAL"],
         "ping_timeout": config["SOCKETIO_PING_TIMEOUT"],
     }
+
+
+# --- Flask-SocketIO's handlers ---------------------------------------------------
+
+def ack_errors(handler):
+    """Turn an event handler's failures into an ack ``{error, message}``."""
+    @wraps(handler)
+    def wrapped(*args):
+        try:
+            return handler(args[0] if args else None)
+        except Exception as e:
+            return event_error(e)
+    return wrapped
+
+
+def on_connect(auth=None):
+    # Flask-SocketIO keeps a private session per socket for its events.
+    session.update(connect_state(auth, request.environ))
+
+
+@ack_errors
+def on_join_room(data):
+    room, after = join_checked(session, data)
+    # Join first, then read (missed_since).
+    join_room(room_name(room))
+    session["room"] = room
+    ack = joined_ack(room)
+    if after is not None:
+        ack["missed"] = missed_since(session, room, after)
+    return ack
+
+
+@ack_errors
+def on_send_message(data):
+    message = send_checked(session, data)
+    # A retry broadcasts again (same id): the first try may have failed before
+    # its broadcast, and clients drop a message id they already have.
+    broadcast_message(message)
+    return sent_ack(message)
+
+
+def init_app(app: Flask) -> SocketIO:
+    """Create this app's SocketIO server and register the events."""
+    config = app.config
+    options = {"async_mode": async_mode(app), **server_options(config)}
     if config["SOCKETIO_MESSAGE_QUEUE"]:
         options["message_queue"] = config["REDIS_URL"]
         options["channel"] = config["SOCKETIO_CHANNEL"]

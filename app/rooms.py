@@ -48,6 +48,17 @@ def room_or_abort(raw, user_id: int, check_member: bool = True) -> int:
 def store_message(room_id: int, user_id: int, username: str, content: str,
                   key: str | None) -> dict:
     """Store (at most once per `key`) and broadcast a message; HTTP and Socket.IO share it."""
+    message = save_message(room_id, user_id, username, content, key)
+    # A retry broadcasts again (same id): the first try may have failed before
+    # its broadcast, and clients drop a message id they already have.
+    broadcast_message(message)
+    return message
+
+
+def save_message(room_id: int, user_id: int, username: str, content: str,
+                 key: str | None) -> dict:
+    """Store a message (at most once per `key`), not broadcast: the asyncio server
+    (app/realtime_asgi.py) broadcasts with its own emit, a coroutine."""
     token_key = g.get("token_key")  # checked by the script (FUSED_ROUND_TRIPS)
     verdict, message = chat_store.post_message(
         get_redis(), room_id, user_id, username, content,
@@ -59,9 +70,6 @@ def store_message(room_id: int, user_id: int, username: str, content: str,
         abort(404, UNKNOWN_ROOM)
     if verdict == "key_reused":
         abort(409, "this idempotency key was used for another message")
-    # A retry broadcasts again (same id): the first try may have failed before
-    # its broadcast, and clients drop a message id they already have.
-    broadcast_message(message)
     return message
 
 

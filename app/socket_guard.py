@@ -86,7 +86,11 @@ class ClientErrors:
 
 
 def client_address(environ) -> str:
-    """The peer's address (behind a proxy, the proxy's: a header can be forged)."""
+    """The peer's address (behind a proxy, the proxy's: a header can be forged). Under
+    ASGI, the scope's: python-engineio's ASGI environ says 127.0.0.1 for everyone."""
+    scope = environ.get("asgi.scope")
+    if scope is not None:
+        return (scope.get("client") or ("unknown",))[0]
     return environ.get("REMOTE_ADDR") or "unknown"
 
 
@@ -100,11 +104,50 @@ def answer(start_response, status: int, message: str) -> list[bytes]:
 
 
 def close_session(eio, sid: str) -> None:
-    """Close an Engine.IO session now, without waiting for a GET to drain it."""
+    """Close an Engine.IO session now, without waiting for a GET to drain it (the
+    asyncio server's twin, which awaits the close: socket_guard_asgi.close_session)."""
     socket = eio.sockets.get(sid)
     if socket is not None and not socket.closed:
         socket.close(wait=False, abort=True, reason=eio.reason.TRANSPORT_ERROR)
     eio.sockets.pop(sid, None)
+
+
+# --- the checks, shared with the asyncio server's guard (app/socket_guard_asgi.py) ---
+
+UNKNOWN_SESSION = "unknown or closed Engine.IO session"
+
+
+def live_socket(eio, sid: str):
+    """The Engine.IO socket of a session that is open, or None (a closed one forgotten)."""
+    socket = eio.sockets.get(sid)
+    if socket is None or socket.closed:
+        eio.sockets.pop(sid, None)
+        return None
+    return socket
+
+
+def length_problem(raw, limit: int) -> tuple[int, tuple[int, str] | None]:
+    """A polling POST's Content-Length, and (status, why) when it cannot be taken."""
+    try:
+        length = int(raw or 0)
+    except ValueError:
+        length = -1
+    if length < 0 or length > limit:
+        return length, ((413, "Engine.IO payload too large") if length > 0 else
+                        (400, "bad Content-Length"))
+    return length, None
+
+
+def frame_refusal(frame, socket) -> str | None:
+    """Why a websocket frame of this Engine.IO socket is refused, or None (None: the
+    connection ended)."""
+    if frame is None:
+        return None
+    return frame_problem(frame, socket is not None and not socket.upgraded)
+
+
+def message_refusal(e: Exception) -> str:
+    return f"Socket.IO message refused: {type(e).__name__}: {e}"[:200]
 
 
 def message_problem(pkt) -> str | None:
@@ -175,8 +218,7 @@ def guard_websockets(eio, errors: ClientErrors) -> None:
 
                 def checked_wait():
                     frame = wait()
-                    upgrading = socket is not None and not socket.upgraded
-                    problem = frame_problem(frame, upgrading) if frame is not None else None
+                    problem = frame_refusal(frame, socket)
                     if problem:
                         errors.report(client, f"{problem} (websocket closed)")
                         return None
@@ -202,8 +244,7 @@ def guard_messages(server, errors: ClientErrors) -> None:
             return on_message(eio_sid, data)
         except Exception as e:
             environ = server.environ.get(eio_sid) or {}
-            errors.report(client_address(environ),
-                          f"Socket.IO message refused: {type(e).__name__}: {e}"[:200])
+            errors.report(client_address(environ), message_refusal(e))
             close_session(server.eio, eio_sid)
 
     server.eio.on("message", checked)
@@ -233,10 +274,9 @@ class EngineIOGuard:
         sid = parse_qs(environ.get("QUERY_STRING", "")).get("sid", [None])[0]
         if sid is None:
             return self.wsgi_app(environ, start_response)  # a handshake
-        socket = self.eio.sockets.get(sid)
-        if socket is None or socket.closed:
-            self.eio.sockets.pop(sid, None)
-            return answer(start_response, 400, "unknown or closed Engine.IO session")
+        socket = live_socket(self.eio, sid)
+        if socket is None:
+            return answer(start_response, 400, UNKNOWN_SESSION)
         if environ.get("REQUEST_METHOD") == "POST" and not socket.upgraded:
             body = self.read_body(environ, sid)
             if isinstance(body, tuple):
@@ -246,14 +286,11 @@ class EngineIOGuard:
 
     def read_body(self, environ, sid: str) -> bytes | tuple[int, str]:
         """The POST body, put back for Engine.IO; or (status, why) with the session closed."""
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > self.eio.max_http_buffer_size:
+        length, problem = length_problem(environ.get("CONTENT_LENGTH"),
+                                         self.eio.max_http_buffer_size)
+        if problem:
             close_session(self.eio, sid)
-            return (413, "Engine.IO payload too large") if length > 0 else \
-                (400, "bad Content-Length")
+            return problem
         body = environ["wsgi.input"].read(length)
         problem = payload_problem(body)
         if problem:
@@ -291,20 +328,25 @@ class AuthDeadline:
         sid = manager.sid_from_eio_sid(eio_sid, self.namespace)
         return sid is not None and manager.is_connected(sid, self.namespace)
 
+    def expire(self) -> tuple[list[str], bool]:
+        """One sweep's sessions to close, and whether the sweeping goes on (the asyncio
+        server's deadline sweeps with the same step: socket_guard_asgi.py)."""
+        now, expired = time.monotonic(), []
+        with self.lock:
+            for eio_sid, deadline in list(self.pending.items()):
+                if eio_sid not in self.server.eio.sockets or self.connected(eio_sid):
+                    del self.pending[eio_sid]
+                elif now >= deadline:
+                    del self.pending[eio_sid]
+                    expired.append(eio_sid)
+            if not self.pending:
+                self.running = False
+            return expired, self.running
+
     def sweep(self) -> None:
         while True:
             self.server.sleep(self.TICK)
-            now, expired = time.monotonic(), []
-            with self.lock:
-                for eio_sid, deadline in list(self.pending.items()):
-                    if eio_sid not in self.server.eio.sockets or self.connected(eio_sid):
-                        del self.pending[eio_sid]
-                    elif now >= deadline:
-                        del self.pending[eio_sid]
-                        expired.append(eio_sid)
-                if not self.pending:
-                    self.running = False
-                running = self.running
+            expired, running = self.expire()
             for eio_sid in expired:
                 close_session(self.server.eio, eio_sid)
             if not running:

@@ -21,6 +21,7 @@ import secrets
 import time
 from collections import OrderedDict
 from functools import wraps
+from urllib.parse import parse_qs
 
 from flask import current_app, g, request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -89,19 +90,27 @@ def live_claims(token) -> dict:
     return claims
 
 
-def bearer_token() -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header, if any."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+def bearer_of(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header's value, if any."""
+    scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
 
 
-def socket_token(auth) -> str | None:
-    """Socket.IO: the ``auth`` dict's token, else the header, else ``?token=``."""
+def bearer_token() -> str | None:
+    """The token of this request's ``Authorization: Bearer <token>`` header, if any."""
+    return bearer_of(request.headers.get("Authorization", ""))
+
+
+def socket_token(auth, environ) -> str | None:
+    """Socket.IO: the ``auth`` dict's token, else the header, else ``?token=``. From the
+    connection's WSGI-style environ, which Flask-SocketIO and python-socketio's ASGI
+    server (app/realtime_asgi.py) both give, so one rule serves both."""
     if isinstance(auth, dict) and isinstance(auth.get("token"), str):
         return auth["token"]
-    return bearer_token() or request.args.get("token")
+    query = parse_qs(environ.get("QUERY_STRING", "")).get("token")
+    return bearer_of(environ.get("HTTP_AUTHORIZATION", "")) or (query[0] if query else None)
 
 
 def unauthorized(e: TokenError) -> Unauthorized:
