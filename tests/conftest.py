@@ -333,6 +333,48 @@ def gunicorn_process(redis_url: str, workdir, worker_args: list[str], env: dict 
         assert time.monotonic() - stopping < 8, f"gunicorn {worker_args} took 8 s to QUIT"
 
 
+# The asyncio Socket.IO server (app/asgi.py) as the tests run it: granian's ASGI
+# interface, as for stage 9's HTTP side (granian/README.md), with `--workers` added.
+# A worker still holding a long-poll when told to stop is killed after 3 s (granian
+# otherwise waits for it).
+ASGI_COMMAND = ("--interface", "asgi", "--respawn-failed-workers", "--workers-kill-timeout",
+                "3", "app.asgi:app")
+
+
+@contextmanager
+def asgi_process(redis_url: str, workdir, workers: int = 1, env: dict | None = None):
+    """The asyncio Socket.IO server on granian, on a free port (pool mode); yields (URL,
+    process), logs to workdir/granian.log, stopped on exit. `env`: more FLASK_* settings.
+    It serves /socket.io/ and /healthz only: the HTTP API is the WSGI servers'."""
+    port = procs.free_port()
+    env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
+           "FLASK_REDIS_MODE": "pool", **(env or {})}
+    proc = procs.start([procs.tool("granian"), *ASGI_COMMAND, "--workers", str(workers),
+                        "--host", "127.0.0.1", "--port", str(port)],
+                       log=workdir / "granian.log", env=env, cwd=ROOT)
+    try:
+        procs.wait_until_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        stopping = time.monotonic()
+        procs.stop(proc, timeout=6, leader_only=True)  # granian stops its workers itself
+        assert time.monotonic() - stopping < 6, "granian took 6 s to stop"
+
+
+def mint_token(redis_url: str, secret: str, name: str) -> str:
+    """A new user's token, registered and logged in through the app in this process (a
+    server that serves Socket.IO only has no /auth routes)."""
+    app = create_app(make_config(redis_url, SECRET_KEY=secret))
+    try:
+        client = app.test_client()
+        email = f"{name}-{os.getpid()}-{time.monotonic_ns()}@example.test"
+        body = {"email": email, "password": PASSWORD, "username": name}
+        assert client.post("/auth/register", json=body).status_code == 201
+        return client.post("/auth/login", json=body).get_json()["access_token"]
+    finally:
+        redis_store.close_pool(app)
+
+
 @contextmanager
 def gunicorn(redis_url: str, workdir, worker_args: list[str]):
     """gunicorn_process, for tests that need only the URL."""
@@ -369,12 +411,14 @@ def need_browser() -> None:
 
 
 class EngineIOServer:
-    """A gunicorn serving the app with both Engine.IO transports, and a user's token."""
+    """A gunicorn serving the app with both Engine.IO transports, and a user's token (or
+    the asyncio server, whose token the app in this process mints: `redis_url`)."""
 
-    def __init__(self, worker: str, url: str, proc: subprocess.Popen, log: Path):
+    def __init__(self, worker: str, url: str, proc: subprocess.Popen, log: Path,
+                 redis_url: str | None = None):
         self.worker, self.url, self.proc, self.log = worker, url, proc, log
         self.polling = f"{url}/socket.io/?EIO=4&transport=polling"
-        self.token = self.user_token()
+        self.token = mint_token(redis_url, "test", "eio") if redis_url else self.user_token()
 
     def user_token(self) -> str:
         import requests
@@ -394,12 +438,16 @@ class EngineIOServer:
         return json.loads(response.text[1:])["sid"]
 
 
-@pytest.fixture(scope="module", params=["eventlet", "gevent", "gthread"])
+@pytest.fixture(scope="module", params=["eventlet", "gevent", "gthread", "asyncio"])
 def eio_server(request, redis_url, tmp_path_factory):
     """One gunicorn worker (so every request of a session reaches it), polling allowed,
-    a 1-second deadline to connect to Socket.IO."""
+    a 1-second deadline to connect to Socket.IO; or one worker of the asyncio server."""
     workdir = tmp_path_factory.mktemp(f"eio-{request.param}")
     env = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket", "FLASK_SOCKETIO_AUTH_TIMEOUT": "1"}
+    if request.param == "asyncio":
+        with asgi_process(redis_url, workdir, env=env) as (url, proc):
+            yield EngineIOServer("asyncio", url, proc, workdir / "granian.log", redis_url)
+        return
     args = ["-k", request.param, "-w", "1", "--no-control-socket", "--graceful-timeout", "3",
             *(["--threads", "16"] if request.param == "gthread" else [])]
     with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
