@@ -3,6 +3,10 @@
 Websocket transport only, so no sticky sessions are needed. Members of one
 room are spread over both workers; a message sent through one worker must
 reach the members held by the other, carried by the Redis message queue.
+
+The asyncio server (app/asgi.py, 2 granian workers) holds the sockets the same way,
+with the HTTP API on a gevent gunicorn beside it, as stage 9 splits them: there a
+message also crosses between the two servers, both ways.
 """
 
 from __future__ import annotations
@@ -23,16 +27,21 @@ from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
 TIMEOUT = 10  # seconds, for every network wait in this file
+ASYNCIO = ("asyncio", "default")  # the asyncio server (app/asgi.py), with a gevent API
 
 
 class Server:
-    def __init__(self, worker: str, port: int, log: Path):
+    """Socket.IO at `base`; the HTTP API there too, or at `api` (the asyncio server's)."""
+
+    def __init__(self, worker: str, port: int, log: Path, api: str | None = None):
         self.worker, self.port, self.log = worker, port, log
         self.base = f"http://127.0.0.1:{port}"
+        self.api = api or self.base
+        self.api_port = int(self.api.rsplit(":", 1)[1])
 
     def post(self, path, body, token=None):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return requests.post(self.base + path, json=body, headers=headers, timeout=TIMEOUT)
+        return requests.post(self.api + path, json=body, headers=headers, timeout=TIMEOUT)
 
     def user(self, name: str) -> dict:
         """Register and log in a user unique to this run; {id, token}."""
@@ -50,20 +59,23 @@ class Server:
         return self.post("/rooms/find-or-create", {"friendId": b["id"]},
                          a["token"]).json()["roomId"]
 
-    def socket(self, token: str | None) -> socketio.SimpleClient:
+    def socket(self, token: str | None, url: str | None = None) -> socketio.SimpleClient:
         client = socketio.SimpleClient()
-        client.connect(self.base, auth={"token": token} if token else None,
+        client.connect(url or self.base, auth={"token": token} if token else None,
                        transports=["websocket"], wait_timeout=TIMEOUT)
         return client
 
 
 @pytest.fixture(scope="module", params=[("eventlet", "default"), ("gevent", "default"),
                                         ("gthread", "default"), ("eventlet", "stage 7"),
-                                        ("gevent", "stage 8")], ids=" ".join)
+                                        ("gevent", "stage 8"), ASYNCIO], ids=" ".join)
 def server(request, redis_url, tmp_path_factory):
     """2 workers, each worker class on the gunicorn that runs it (eventlet's 25.3, the
     others' 27); the default code path on each, stages 7's and 8's on theirs."""
     worker, code_path = request.param
+    if worker == "asyncio":
+        yield from asyncio_server(redis_url, tmp_path_factory.mktemp("asyncio"))
+        return
     port = procs.free_port()
     log = tmp_path_factory.mktemp(f"gunicorn-{worker}") / "gunicorn.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASK_")}
@@ -88,9 +100,20 @@ def server(request, redis_url, tmp_path_factory):
     assert proc.poll() is not None, "gunicorn did not stop"
 
 
+def asyncio_server(redis_url: str, workdir: Path):
+    """The asyncio server's 2 workers, and a gevent gunicorn for the HTTP API."""
+    from conftest import asgi_process, gunicorn_process
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASK_")}
+    env.update(FLASK_REDIS_URL=redis_url, FLASK_SECRET_KEY="gunicorn-test-secret")
+    with asgi_process(redis_url, workdir, workers=2, env=env) as (url, _), \
+            gunicorn_process(redis_url, workdir, ["-k", "gevent", "-w", "1"], env=env) as (api, _):
+        yield Server("asyncio", int(url.rsplit(":", 1)[1]), workdir / "granian.log", api)
+
+
 def test_workers_pick_the_matching_async_mode(server):
     health = requests.get(server.base + "/healthz", timeout=TIMEOUT).json()
-    mode = {"gthread": "threading"}.get(server.worker, server.worker)
+    mode = {"gthread": "threading", "asyncio": "asgi"}.get(server.worker, server.worker)
     assert health["status"] == "ok" and health["asyncMode"] == mode
     assert "pid" not in health
 
@@ -164,6 +187,24 @@ def test_broadcast_reaches_members_on_the_other_worker(server):
             client.disconnect()
 
 
+@pytest.mark.parametrize("server", [ASYNCIO], indirect=True, ids=" ".join)
+def test_a_message_crosses_between_the_asyncio_and_the_gevent_server(server):
+    """Stage 9's split with the asyncio server: members on it and on the gevent worker
+    (Flask-SocketIO) of the same room get what either side sends, over the one queue."""
+    a, b = server.user("asa"), server.user("geo")
+    room = server.room(a, b)
+    here, there = server.socket(a["token"]), server.socket(b["token"], url=server.api)
+    try:
+        for client in (here, there):
+            assert client.call("joinRoom", {"roomId": room}, timeout=TIMEOUT)["ok"] is True
+        for sender in (here, there):
+            ack = sender.call("sendMessage", {"content": "across"}, timeout=TIMEOUT)
+            assert [_next_message(c)["id"] for c in (here, there)] == [ack["id"]] * 2
+    finally:
+        here.disconnect()
+        there.disconnect()
+
+
 def test_ack_errors_on_a_real_server(server):
     a, outsider = server.user("amy"), server.user("eve")
     room = server.room(a, server.user("ben"))
@@ -200,7 +241,7 @@ def test_oversize_chunked_body_is_413(server):
         yield b'"}'
 
     for size, status in ((200_000, 413), (100, 201)):
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+        conn = http.client.HTTPConnection("127.0.0.1", server.api_port, timeout=TIMEOUT)
         try:
             conn.request("POST", "/auth/register", body=chunks(size), encode_chunked=True,
                          headers={"Content-Type": "application/json"})
