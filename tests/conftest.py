@@ -452,3 +452,44 @@ def eio_server(request, redis_url, tmp_path_factory):
             *(["--threads", "16"] if request.param == "gthread" else [])]
     with gunicorn_process(redis_url, workdir, args, env=env) as (url, proc):
         yield EngineIOServer(request.param, url, proc, workdir / "gunicorn.log")
+
+
+class RealClient:
+    """The calls of Flask-SocketIO's test client that the tests make (emit with a
+    callback, get_received, is_connected, disconnect) over a real websocket to a running
+    server, by python-socketio's client: the event tests run on the asyncio server so."""
+
+    def __init__(self, url: str, auth=None, headers: dict | None = None,
+                 query_string: str | None = None):
+        import socketio
+
+        self.received: list[dict] = []
+        self.sio = socketio.Client(reconnection=False)
+        self.sio.on("*", self.record)
+        try:
+            self.sio.connect(f"{url}?{query_string}" if query_string else url, auth=auth,
+                             headers=headers or {}, transports=["websocket"], wait_timeout=5)
+        except socketio.exceptions.ConnectionError as e:
+            # refused by Socket.IO: is_connected() says so, as the test client's does; a
+            # server that does not answer is an error
+            if "namespaces failed to connect" not in str(e):
+                raise
+
+    def record(self, event, *args) -> None:
+        self.received.append({"name": event, "args": list(args)})
+
+    def is_connected(self) -> bool:
+        return self.sio.connected
+
+    def emit(self, event: str, *args, callback: bool = False):
+        data = args[0] if len(args) == 1 else (args or None)
+        if callback:
+            return self.sio.call(event, data, timeout=5)
+        return self.sio.emit(event, data)
+
+    def get_received(self) -> list[dict]:
+        events, self.received = self.received, []
+        return events
+
+    def disconnect(self) -> None:
+        self.sio.disconnect()

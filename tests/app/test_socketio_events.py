@@ -1,34 +1,66 @@
-"""Socket.IO events through Flask-SocketIO's in-process test client.
+"""Socket.IO events through Flask-SocketIO's in-process test client, and the same on
+the asyncio server (app/asgi.py) over real websockets.
 
 (The test client refuses a message queue, so these apps run without one;
-test_socketio_gunicorn.py covers the queue across real worker processes.)
+test_socketio_gunicorn.py covers the queue across real worker processes. The
+asyncio cases run with it: the HTTP API of the app in this process broadcasts
+through Redis to the asyncio server.)
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 import pytest
+from conftest import SECRET, RealClient, asgi_process, stage_config
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from app.tokens import TOKEN_SALT
 
 
-@pytest.fixture
-def app(code_path_app):
-    """Every test here on both code paths: the default one and stage 7's."""
-    return code_path_app
+@pytest.fixture(params=["default", "stage 7", "asyncio"])
+def side(request) -> str:
+    """Flask-SocketIO on both code paths (the default one and stage 7's), and the
+    asyncio server."""
+    return request.param
 
 
 @pytest.fixture
-def connect(app):
-    """``connect(**kwargs)``: a Socket.IO test client, disconnected afterwards."""
-    socketio = app.extensions["socketio"]
-    clients = []
+def app(side, make_app):
+    app = make_app(**({"SOCKETIO_MESSAGE_QUEUE": True} if side == "asyncio" else
+                      stage_config("7") if side == "stage 7" else {}))
+    yield app
+    queue = app.extensions["socketio"].server.manager
+    if getattr(queue, "redis", None) is not None:  # the queue's client (once it published)
+        queue.redis.close()
+
+
+@pytest.fixture(scope="module")
+def asgi_url(redis_url, tmp_path_factory):
+    """The asyncio server, with this module's SECRET (the apps here make the tokens)."""
+    with asgi_process(redis_url, tmp_path_factory.mktemp("asgi"),
+                      env={"FLASK_SECRET_KEY": SECRET}) as (url, _):
+        yield url
+
+
+def clients_of(app, side: str, request, url: str | None = None):
+    """``make(**kwargs)``: the test client of `app`, or a RealClient of the asyncio
+    server (at `url`, else this module's)."""
+    if side != "asyncio":
+        return lambda **kwargs: app.extensions["socketio"].test_client(app, **kwargs)
+    url = url or request.getfixturevalue("asgi_url")
+    return lambda **kwargs: RealClient(url, **kwargs)
+
+
+@pytest.fixture
+def connect(app, side, request):
+    """``connect(**kwargs)``: a Socket.IO client, disconnected afterwards."""
+    clients, new = [], clients_of(app, side, request)
 
     def make(**kwargs):
-        client = socketio.test_client(app, **kwargs)
+        client = new(**kwargs)
         clients.append(client)
         return client
 
@@ -172,11 +204,29 @@ def test_http_post_reaches_sockets_in_the_room(client, connect, pair):
     assert [m["content"] for m in received(listener)] == ["via http"]
 
 
-def test_per_request_mode_works_for_socket_events(make_app, auth):
+@contextmanager
+def server_for(side, app, request, tmp_path, redis_url: str, **settings):
+    """``make(**kwargs)`` for clients of a server with these settings (app's own, or an
+    asyncio server started with them)."""
+    if side != "asyncio":
+        yield clients_of(app, side, request)
+        return
+    env = {"FLASK_SECRET_KEY": SECRET, **{f"FLASK_{k}": v for k, v in settings.items()}}
+    with asgi_process(redis_url, tmp_path, env=env) as (url, _):
+        yield clients_of(app, side, request, url)
+
+
+def test_per_request_mode_works_for_socket_events(make_app, auth, side, request, tmp_path,
+                                                  redis_url):
     app = make_app(REDIS_MODE="per-request")
     a, b = auth.user(), auth.user()
     room = auth.friends(a, b)
-    client = app.extensions["socketio"].test_client(app, auth={"token": a.token})
+    with server_for(side, app, request, tmp_path, redis_url, REDIS_MODE="per-request") as new:
+        client = new(auth={"token": a.token})
+        joined_and_sent(client, room)
+
+
+def joined_and_sent(client, room: int) -> None:
     try:
         assert client.emit("joinRoom", {"roomId": room}, callback=True)["ok"]
         assert "id" in client.emit("sendMessage", {"content": "hi"}, callback=True)
@@ -184,23 +234,25 @@ def test_per_request_mode_works_for_socket_events(make_app, auth):
         client.disconnect()
 
 
-def test_redis_outage_is_an_error_ack_then_recovers(make_app, private_redis, auth):
-    app = make_app(redis_url=private_redis.url)
+def test_redis_outage_is_an_error_ack_then_recovers(make_app, private_redis, side, request,
+                                                    tmp_path):
+    app = make_app(redis_url=private_redis.url, SOCKETIO_MESSAGE_QUEUE=False)
     http = app.test_client()
     assert http.post("/auth/register", json={"email": "s@example.test", "username": "s",
                                              "password": "long-enough-pw"}).status_code == 201
     token = http.post("/auth/login", json={"email": "s@example.test",
                                            "password": "long-enough-pw"}).get_json()
-    client = app.extensions["socketio"].test_client(app, auth={"token": token["access_token"]})
-    try:
-        private_redis.stop()
-        for event, payload in (("joinRoom", {"roomId": 1}),
-                               ("sendMessage", {"roomId": 1, "content": "lost?"})):
-            ack = client.emit(event, payload, callback=True)
-            assert ack["error"] == "service_unavailable", ack
-        assert client.is_connected()
-        private_redis.start()
-        # Empty Redis after the restart: the room is unknown, but Redis answers.
-        assert client.emit("joinRoom", {"roomId": 1}, callback=True)["error"] == "not_found"
-    finally:
-        client.disconnect()
+    with server_for(side, app, request, tmp_path, private_redis.url) as new:
+        client = new(auth={"token": token["access_token"]})
+        try:
+            private_redis.stop()
+            for event, payload in (("joinRoom", {"roomId": 1}),
+                                   ("sendMessage", {"roomId": 1, "content": "lost?"})):
+                ack = client.emit(event, payload, callback=True)
+                assert ack["error"] == "service_unavailable", ack
+            assert client.is_connected()
+            private_redis.start()
+            # Empty Redis after the restart: the room is unknown, but Redis answers.
+            assert client.emit("joinRoom", {"roomId": 1}, callback=True)["error"] == "not_found"
+        finally:
+            client.disconnect()
