@@ -6,6 +6,12 @@ functions (``live_socket``, ``length_problem``, ``payload_problem``,
 ``frame_refusal``, ``message_refusal``, ``AuthDeadline.expire``); this module only
 speaks ASGI and awaits where python-engineio's asyncio server is a coroutine
 (closing a socket, reading a body, handling a message).
+
+One difference of python-engineio 4.15.1's asyncio socket is made up for here: its
+``close`` does not end the socket's writer (the threaded one does), so a websocket
+whose session was closed (by the guard, or by the client's CLOSE packet) stayed
+open, unanswered, until the ping timeout. Here the guard's close ends the writer,
+and a closed session's websocket reads no further frame: both close it at once.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ async def close_session(eio, sid: str) -> None:
     socket = eio.sockets.get(sid)
     if socket is not None and not socket.closed:
         await socket.close(wait=False, abort=True, reason=eio.reason.TRANSPORT_ERROR)
+        socket.queue.put_nowait(None)  # ends its writer, which closes a websocket
     eio.sockets.pop(sid, None)
 
 
@@ -187,6 +194,8 @@ def guard_websockets(eio, errors: ClientErrors) -> None:
                 wait = ws.wait
 
                 async def checked_wait():
+                    if socket is not None and socket.closed:
+                        return None  # a closed session's websocket ends
                     frame = await wait()
                     problem = socket_guard.frame_refusal(frame, socket)
                     if problem:

@@ -104,23 +104,61 @@ def test_no_endpoint_answers_5xx(world, route, part, body, token, key):
                 response.get_json(silent=True) if response.is_json else response.data)
 
 
-@given(event=st.sampled_from(["joinRoom", "sendMessage"]),
-       payload=st.one_of(json_values,
+EVENT_INPUT = {
+    "event": st.sampled_from(["joinRoom", "sendMessage"]),
+    "payload": st.one_of(json_values,
                          st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4),
                          st.fixed_dictionaries({}, optional={
                              "roomId": ids, "after": ids, "content": st.text(max_size=60),
                              "clientId": st.text(max_size=20)})),
-       use_room=st.booleans())
+    "use_room": st.booleans(),
+}
+
+
+@pytest.fixture(scope="module")
+def asgi_url(redis_url, tmp_path_factory):
+    """The asyncio server, with the SECRET of the apps here (they make the tokens)."""
+    from conftest import SECRET, asgi_process
+
+    with asgi_process(redis_url, tmp_path_factory.mktemp("asgi"),
+                      env={"FLASK_SECRET_KEY": SECRET}) as (url, _):
+        yield url
+
+
+@pytest.fixture
+def asgi_socket(world, asgi_url):
+    """One connection of the world's user to the asyncio server, for every example of a
+    test (a connection per example would cost more than the example)."""
+    from conftest import RealClient
+
+    socket = RealClient(asgi_url, auth={"token": world[1].token})
+    yield socket
+    socket.disconnect()
+
+
+@given(**EVENT_INPUT)
 @FUZZ
 def test_no_socket_event_answers_5xx(world, event, payload, use_room):
-    app, user, room = world
-    if use_room and isinstance(payload, dict):
-        payload = {**payload, "roomId": room}
+    app, user, _ = world
     socket = app.extensions["socketio"].test_client(app, auth={"token": user.token})
     try:
-        ack = socket.emit(event, payload, callback=True)
+        check_event(socket, world, event, payload, use_room)
     finally:
         socket.disconnect()
+
+
+@given(**EVENT_INPUT)
+@FUZZ
+def test_no_socket_event_answers_5xx_on_asyncio(world, asgi_socket, event, payload, use_room):
+    assert asgi_socket.is_connected()  # still: no example closed it
+    check_event(asgi_socket, world, event, payload, use_room)
+
+
+def check_event(socket, world, event: str, payload, use_room: bool) -> None:
+    """The event's ack: an answer below 500, an error as {error, message}."""
+    if use_room and isinstance(payload, dict):
+        payload = {**payload, "roomId": world[2]}
+    ack = socket.emit(event, payload, callback=True)
     if isinstance(ack, dict) and "error" in ack:
         check_error({"bad_request": 400, "unauthorized": 401, "not_found": 404,
                      "conflict": 409, "payload_too_large": 413}.get(ack["error"], 500), ack)
@@ -141,7 +179,20 @@ connect_auth = st.one_of(
 def test_no_socket_connect_crashes(world, auth_value):
     """Any connect `auth` but the user's token is refused, without an exception."""
     app, _, _ = world
-    socket = app.extensions["socketio"].test_client(app, auth=auth_value)
+    check_refused(app.extensions["socketio"].test_client(app, auth=auth_value))
+
+
+@given(auth_value=connect_auth)
+@FUZZ
+def test_no_socket_connect_crashes_on_asyncio(world, asgi_url, auth_value):
+    """The same on the asyncio server: refused by Socket.IO, the server still answering
+    (RealClient raises for a connection that fails otherwise)."""
+    from conftest import RealClient
+
+    check_refused(RealClient(asgi_url, auth=auth_value))
+
+
+def check_refused(socket) -> None:
     try:
         SEEN["connect refused" if not socket.is_connected() else "connect ok"] += 1
         assert not socket.is_connected()
