@@ -119,7 +119,9 @@ def connect_state(auth, environ) -> dict:
     try:
         claims = live_claims(token)
     except TokenError as e:
-        # The client receives this as connect_error data.
+        # A refusal on every server; the client's connect_error data is python-socketio's
+        # generic {"message": "Connection refused by server"}, not this body (checked on
+        # gevent and asyncio: socketio.exceptions.ConnectionRefusedError would carry it).
         raise ConnectionRefusedError(error_body(401, str(e))) from None
     except RedisError as e:
         raise ConnectionRefusedError(redis_error_body(e)) from None
