@@ -10,6 +10,13 @@ Their logins still pay the full hash check, as a real login does.
 Seeded friendships are accepted ones (both sides asked), so each seeded
 user can open its rooms at once.
 
+``--rooms-of K`` also puts the users in group rooms of K members (consecutive
+users, the last group what is left): the API makes rooms of two friends only,
+and the capacity study (benchmarks/studies/capacity) needs rooms whose every
+message reaches K sockets. A group room is a members set like a pair's, so the
+membership check, the Socket.IO events and the history work on it unchanged;
+each user's entry in the credentials file names its group room (``room``).
+
 Re-runnable: users are keyed by email (``<prefix><n>@lab.test``). Running it
 again with the same prefix reuses the existing users (same ids), resets their
 password to this run's (which revokes their old tokens), and re-adds
@@ -106,6 +113,23 @@ def seed_users(r, count: int, friends: int, prefix: str = "user",
              "username": usernames[i]} for i in range(count)]
 
 
+def seed_group_rooms(r, users: list[dict], size: int) -> None:
+    """Consecutive users in rooms of `size` members (the last one what is left, at least
+    two); each user dict gets its room's id as ``room``. New rooms on every call."""
+    groups = [users[i:i + size] for i in range(0, len(users), size)]
+    if len(groups) > 1 and len(groups[-1]) < 2:
+        groups[-2].extend(groups.pop())  # a room of one would be nobody's chat
+    last = r.incrby("next:room_id", len(groups))
+    for chunk_start in range(0, len(groups), BATCH):
+        pipe = r.pipeline(transaction=False)
+        for n, group in enumerate(groups[chunk_start:chunk_start + BATCH], chunk_start):
+            room_id = last - len(groups) + 1 + n
+            pipe.sadd(chat_store.members_key(room_id), *(u["id"] for u in group))
+            for user in group:
+                user["room"] = room_id
+        pipe.execute()
+
+
 @click.command("seed-users")
 @click.option("--count", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Number of users.")
@@ -117,18 +141,24 @@ def seed_users(r, count: int, friends: int, prefix: str = "user",
               help="Email prefix; another prefix gives another population.")
 @click.option("--password", default=DEFAULT_PASSWORD, show_default=True,
               help="The password every seeded user gets.")
+@click.option("--rooms-of", "rooms_of", default=None, type=click.IntRange(min=2),
+              help="Also put the users in group rooms of this many members (consecutive "
+                   "users); each user's entry names its room.")
 @with_appcontext
-def seed_users_command(count, friends, out, prefix, password):
+def seed_users_command(count, friends, out, prefix, password, rooms_of):
     """Create COUNT users with FRIENDS friends each and a room per friendship."""
     if not prefix.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise click.BadParameter("use letters, digits, '-', '_' or '.'", param_hint="--prefix")
     started = time.perf_counter()
     users = seed_users(get_redis(), count, friends, prefix=prefix, password=password,
                        hash_method=current_app.config["PASSWORD_HASH_METHOD"])
+    if rooms_of:
+        seed_group_rooms(get_redis(), users, rooms_of)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(users, indent=1) + "\n")
     pairs = len(friend_pairs(count, friends))
-    click.echo(f"seeded {count} users, {pairs} friendships/rooms into "
+    groups = f", {len({u['room'] for u in users})} group rooms" if rooms_of else ""
+    click.echo(f"seeded {count} users, {pairs} friendships/rooms{groups} into "
                f"{current_app.config['REDIS_URL']} in {time.perf_counter() - started:.2f}s; "
                f"credentials in {out}")
 

@@ -100,3 +100,38 @@ def test_flask_cli_finds_the_factory(redis_url, redis_client, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "seeded 200 users" in result.stdout
     _check_seeded(redis_client, json.loads(out.read_text()), 200, 5)
+
+
+def test_group_rooms_hold_their_members_and_take_their_messages(app, client, redis_client,
+                                                                 tmp_path):
+    out = tmp_path / "users.json"
+    result = app.test_cli_runner().invoke(args=["seed-users", "--count", "11", "--friends", "0",
+                                                "--rooms-of", "4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    users = json.loads(out.read_text())
+    rooms = {}
+    for user in users:
+        rooms.setdefault(user["room"], set()).add(str(user["id"]))
+    # 4, 4, then 3: consecutive users, the last room what is left (at least two)
+    assert [len(rooms[r]) for r in sorted(rooms)] == [4, 4, 3]
+    for room, members in rooms.items():
+        assert redis_client.smembers(f"room:{room}:members") == members
+    first, stranger = users[0], users[-1]
+
+    def post(user, room):
+        token = client.post("/auth/login", json={"email": user["email"],
+                                                 "password": user["password"]}
+                            ).get_json()["access_token"]
+        return client.post(f"/rooms/{room}/messages", json={"content": "hello group"},
+                           headers={"Authorization": f"Bearer {token}"}).status_code
+
+    assert post(first, first["room"]) == 201
+    assert post(stranger, first["room"]) == 404  # not a member: as if it did not exist
+
+
+def test_a_room_of_one_is_refused_by_the_option():
+    result = subprocess.run([sys.executable, "-m", "flask", "--app", "app", "seed-users",
+                             "--count", "3", "--rooms-of", "1", "--out", os.devnull],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60,
+                            env={**os.environ, "FLASK_DEV_MODE": "1"})
+    assert result.returncode == 2 and "--rooms-of" in result.stderr
