@@ -140,12 +140,13 @@ def merged(per_process: list[dict]) -> tuple[dict[str, HdrHistogram], float, flo
     return out, first, last
 
 
-def save(path: Path, per_process: list[dict]) -> None:
-    """The .hlog: every process's histograms added up, the total untagged, each row tagged."""
+def save(path: Path, per_process: list[dict], total: bool = True) -> None:
+    """The .hlog: every process's histograms added up, the total untagged (unless `total`
+    is False: tags whose sum means nothing, as the capacity study's kinds), each tagged."""
     by_tag, first, last = merged(per_process)
-    total = new()
+    every = new()
     for hist in by_tag.values():
-        total.add(hist)
+        every.add(hist)
     with open(path, "w", encoding="ascii") as f:
         log = HistogramLogWriter(f)
         log.output_log_format_version()
@@ -160,7 +161,7 @@ def save(path: Path, per_process: list[dict]) -> None:
         log.output_base_time(first)
         log.base_time = first  # the lines' times relative to it (output_base_time only says)
         log.output_legend()
-        for key, hist in [(ALL, total), *sorted(by_tag.items())]:
+        for key, hist in [*([(ALL, every)] if total else []), *sorted(by_tag.items())]:
             hist.set_start_time_stamp(first)
             hist.set_end_time_stamp(max(last, first + 1))
             if key is not ALL:  # the package's writer writes no tag: the line's start

@@ -1,0 +1,221 @@
+"""How many chat users one box holds: connected users raised in steps until an objective breaks.
+
+    python -m benchmarks.studies.capacity [--stages 9,9e,9t,9a] [--users 1000,2000,4000]
+        [--room-size 10] [--send-every 60] [--seconds 30] [--objective-ms 250]
+        [--repeats 1] [--load-processes 1] [--client-hosts 1]
+
+For each stage (one with a Socket.IO server: stage 9 and its `realtime` twins), each
+repeat: the stage up on its hosts (as `lab up`), the study's users seeded in rooms of
+--room-size (`flask seed-users --rooms-of`), the server's memory read at rest; then for
+each step of --users, the load processes (client.py, on the load hosts) connect users up
+to the step's count, each on the websocket transport, logged in over HTTP and joined to
+its room; every user sends a message every --send-every seconds (a random phase each)
+for --seconds, then a grace of --grace for what is on its way. Around the traffic the
+study reads each server role (servers.py: CPU, RSS and PSS, descriptors, threads, and
+the server's own counts: websockets held, messages stored). A step that breaks its
+objective (verdict.py) ends the stage: "holds N users; at M: what broke; limited by".
+
+Writes results/<stamp>-capacity/: capacity.csv (a row per stage, repeat and step),
+capacity.json (the rows and each stage's verdict), and per step an HdrHistogram log
+(`<stage>/repeat-R/step-N.hlog`: delivery, ack and connect latencies in µs, tagged).
+
+The load side shows it is not the limit: each load process's CPU, memory and event-loop
+lag are in every row, and a step whose load was saturated says so as its limit.
+Users per load process: a few thousand each (--load-processes; they go to the load hosts
+in turn, --client-hosts 2 for two).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+from benchmarks import latency_log, stages
+from benchmarks.run import cli, options, results, runner
+from benchmarks.run.cli import StageFailed, say
+from benchmarks.sandbox import procs
+from benchmarks.studies.capacity import clients, servers, verdict
+
+CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
+DEFAULT_STAGES = "9,9e,9t,9a"
+USERS_FILE = "capacity-users.json"
+PREFIX = "cap"
+
+
+def seed(stack, users: int, room_size: int) -> Path:
+    """The study's users in group rooms, inside the stage (as the stage's own seeding)."""
+    out = stack.dir / USERS_FILE
+    code = procs.run_quiet([*stack.box.prefix("app"), procs.tool("flask"), "--app", "app",
+                            "seed-users", "--count", str(users), "--friends", "0",
+                            "--rooms-of", str(room_size), "--prefix", PREFIX, "--out", str(out)],
+                           stack.app_env(), stack.dir / "seed-capacity.log", timeout=600)
+    if code != 0 or not out.exists():
+        raise StageFailed(f"seeding the study's users failed (exit {code}); "
+                          f"see {stack.dir / 'seed-capacity.log'}")
+    return out
+
+
+def traffic(args) -> dict:
+    """The load processes' traffic options (client.py's)."""
+    return {"send_every": args.send_every, "seconds": args.seconds, "grace": args.grace,
+            "connect_timeout": args.connect_timeout}
+
+
+def step_limit(args, users: int) -> float:
+    """Seconds the study waits for a step's connects: generous (a slow server is a finding,
+    not a hang), and bounded."""
+    return 60 + users * 0.05 + args.connect_timeout
+
+
+def save_histograms(path: Path, events: list[dict]) -> None:
+    per_process = [{"histograms": e["histograms"], "first_ms": 0, "last_ms": 1} for e in events]
+    latency_log.save(path, per_process, total=False)
+
+
+def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int) -> list[dict]:
+    box, rows = stack.box, []
+    rest = servers.read(stack, memory=True)
+    prefixes = [box.prefix(role) for role in stage.clients_for(args.client_hosts)]
+    limit = sum(step_limit(args, u) + args.seconds + args.grace + 60 for u in args.users)
+    with clients.Clients(prefixes, stack.url, users_file, args.users, args.room_size,
+                         args.load_processes, traffic(args), out, limit) as load:
+        for n, users in enumerate(args.users, 1):
+            connected = load.events("connected", step_limit(args, users))
+            before, t0 = servers.read(stack), time.monotonic()
+            load.go()
+            held = load.events("held", args.seconds + args.grace + 60)
+            wall = time.monotonic() - t0
+            after = servers.read(stack, memory=True)
+            save_histograms(out / f"step-{n}.hlog", [
+                {"histograms": {**c["histograms"], **h["histograms"]}}
+                for c, h in zip(connected, held, strict=True)])
+            row = verdict.step_row(n, users, connected, held, rest, before, after, wall,
+                                   args.objective_ms, server_cpus)
+            rows.append(row)
+            say(f"  {line(row)}")
+            if row["broke"]:
+                break
+            load.go()
+    return rows
+
+
+def line(row: dict) -> str:
+    verdict_words = "held" if not row["broke"] else "BROKE: " + "; ".join(row["broke"])
+    return (f"{row['users']:>6} users: {row['connected']} connected, "
+            f"{row['received']}/{row['expected']} delivered, p99 {row['delivery_p99_ms']} ms; "
+            f"{row['pss_kib_per_user']} KiB PSS/user, realtime "
+            f"{row['realtime_cpu_percent']}% ({row['realtime_us_per_delivery']} µs/delivery); "
+            f"load {row['load_cpu_percent_max']}% -> {verdict_words}")
+
+
+def run_stage(stage, opts, args, run_dir: Path, repeat: int) -> list[dict]:
+    out = run_dir / stage.dirname / f"repeat-{repeat}"
+    out.mkdir(parents=True)
+    with runner.running_stage(stage, opts) as (box, stack, _users):
+        say(f"stage {stage.key} {stage.slug}, repeat {repeat}: up ({box.describe()}); "
+            f"seeding {args.users[-1]} users in rooms of {args.room_size}")
+        users_file = seed(stack, args.users[-1], args.room_size)
+        cpus = len(box.placement.cpus(["redis"])["redis"])  # the server roles' CPU set
+        rows = run_steps(stage, stack, users_file, args, out, cpus)
+    for row in rows:
+        row.update({"stage": stage.key, "repeat": repeat})
+    say(verdict.summary(stage.key, rows))
+    return rows
+
+
+def write(run_dir: Path, rows: list[dict], verdicts: dict) -> None:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(run_dir / CSV_NAME, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({k: json.dumps(v) if isinstance(v, (dict, list)) else v
+                          for k, v in r.items()} for r in rows)
+    (run_dir / JSON_NAME).write_text(json.dumps({"rows": rows, "verdicts": verdicts},
+                                                indent=1) + "\n")
+
+
+def chosen_stages(spec: str) -> list:
+    chosen = [stages.get(k.strip()) for k in spec.split(",") if k.strip()]  # KeyError: said
+    plain = [s.key for s in chosen if not s.front]
+    if not chosen or plain:
+        raise options.OptionsError(f"--stages {spec!r}: the study needs stages with Nginx in "
+                                   f"front and the websocket transport (9, 9e, 9t, 9a); "
+                                   f"not {', '.join(plain) or 'none'}")
+    return chosen
+
+
+def check_args(args) -> None:
+    if not args.users or any(b <= a for a, b in zip(args.users, args.users[1:], strict=False)):
+        raise options.OptionsError("--users: rising counts, comma-separated (1000,2000,4000)")
+    if args.users[0] < args.room_size or args.room_size < 2:
+        raise options.OptionsError("--room-size: at least 2, and at most the first step's users")
+    for name in ("send_every", "seconds", "objective_ms", "connect_timeout"):
+        if getattr(args, name) <= 0:
+            raise options.OptionsError(f"--{name.replace('_', '-')} must be above 0")
+    if args.grace < 0 or args.repeats < 1 or args.load_processes < 1:
+        raise options.OptionsError("--grace >= 0, --repeats and --load-processes >= 1")
+
+
+def run(args) -> int:
+    check_args(args)
+    chosen = chosen_stages(args.stages)
+    opts = options.RunOptions(stages=tuple(chosen), sandbox=cli.resolve_sandbox(args.sandbox),
+                              apply_host_sysctls=args.apply_host_sysctls,
+                              results=Path(args.results), server_cpus=args.server_cpus,
+                              client_cpus=args.client_cpus, client_hosts=args.client_hosts)
+    runner.refuse_if_up(opts.results)
+    run_dir = results.new_run(opts.results, suffix="capacity")
+    rows, verdicts = [], {}
+    for repeat in range(1, args.repeats + 1):
+        for stage in chosen:  # interleaved, as the lab's repeats are
+            found = run_stage(stage, opts, args, run_dir, repeat)
+            rows += found
+            verdicts.setdefault(stage.key, []).append(verdict.summary(stage.key, found))
+            write(run_dir, rows, verdicts)
+    say("")
+    for said in verdicts.values():
+        for n, words in enumerate(said, 1):
+            say(f"repeat {n}: {words}")
+    say(f"\n{results.rel(run_dir / CSV_NAME)}, {JSON_NAME} beside it")
+    return 0
+
+
+def counts(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: whole numbers, comma-separated") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.capacity",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--stages", default=DEFAULT_STAGES,
+                   help=f"stage keys, comma-separated (default {DEFAULT_STAGES})")
+    p.add_argument("--users", type=counts, default=[1000, 2000, 4000, 8000],
+                   help="connected users at each step, rising (default 1000,2000,4000,8000)")
+    p.add_argument("--room-size", type=int, default=10, help="members a room (default 10)")
+    p.add_argument("--send-every", type=float, default=60.0,
+                   help="seconds between a user's messages (default 60)")
+    p.add_argument("--seconds", type=float, default=30.0, help="each step's traffic (30)")
+    p.add_argument("--grace", type=float, default=5.0,
+                   help="seconds after the traffic for deliveries on their way (5)")
+    p.add_argument("--objective-ms", type=float, default=250.0,
+                   help="delivery p99 a step must keep (default 250)")
+    p.add_argument("--connect-timeout", type=float, default=15.0,
+                   help="seconds a connect may take before it counts as failed (15)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each stage, interleaved")
+    p.add_argument("--load-processes", type=int, default=1,
+                   help="load processes (client.py), spread over the load hosts")
+    p.add_argument("--client-hosts", type=int, default=1, choices=(1, 2),
+                   help="load hosts (default 1)")
+    cli.add_sandbox_options(p)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli.main("capacity", run, args, leftovers=runner.leftovers)
