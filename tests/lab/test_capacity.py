@@ -1,0 +1,103 @@
+"""benchmarks/studies/capacity: the study at a small size, its counts held to the servers'.
+
+The stage test runs `python -m benchmarks.studies.capacity` on a real stage in network
+namespaces (root only): two steps of a few hundred users, every one a real websocket to
+the stage's Nginx, and holds what the load saw to what the servers counted (websockets
+held, messages stored). The objective is made loose there (5 s): the test is about the
+counts, which hold on a box of any speed; the objective's rule is tested on rows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import run_module
+
+from benchmarks import stages
+from benchmarks.run import runner
+from benchmarks.sandbox import hosts
+from benchmarks.studies.capacity import clients, verdict
+
+ROOT = stages.ROOT
+STEPS = (100, 300)
+ROOM = 10
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--stages", "99"], "99"),
+    (["--stages", "0"], "needs stages with Nginx in front"),
+    (["--users", "200,100"], "rising counts"),
+    (["--room-size", "1"], "--room-size"),
+    (["--seconds", "0"], "--seconds must be above 0"),
+], ids=["unknown-stage", "no-front", "falling-steps", "room-of-one", "no-traffic"])
+def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
+    code, out = run_module("benchmarks.studies.capacity", *args, "--results", str(tmp_path),
+                           timeout=60)
+    assert code == 2, out
+    assert says in out
+    assert not list(tmp_path.iterdir()), "a results run was made for bad input"
+
+
+def test_users_are_split_in_whole_rooms_and_steps_follow_the_file():
+    assert clients.split(95, 10, 3) == [(0, 40), (40, 30), (70, 25)]
+    assert clients.split(20, 10, 4) == [(0, 10), (10, 10)]  # no process without a room
+    # process 2 holds users 40..69: none at a step of 30, 20 of them at 60, all at 95
+    assert clients.targets([30, 60, 95], (40, 30), 95) == [0, 20, 30]
+
+
+def _row(**changes) -> dict:
+    row = {"connect_failed": 0, "connect_failures": {}, "dropped": 0, "lost": 0,
+           "expected": 100, "ack_errors": 0, "server_held": 50, "connected": 50,
+           "server_stored": 10, "acked": 10, "delivery_p99_ms": 20.0}
+    return {**row, **changes}
+
+
+@pytest.mark.parametrize("changes, says", [
+    ({}, None),
+    ({"delivery_p99_ms": 251.0}, "delivery p99 251.0 ms > 250 ms"),
+    ({"delivery_p99_ms": None}, "delivery p99 None ms"),  # nothing delivered: not a pass
+    ({"lost": 3}, "3 of 100 deliveries lost"),
+    ({"connect_failed": 2, "connect_failures": {"timeout": 2}}, "2 connects failed (timeout: 2)"),
+    ({"server_held": 49}, "the server holds 49 websockets, the load 50"),
+    ({"server_stored": 9}, "the server stored 9 messages, 10 were acked"),
+], ids=["holds", "slow", "none-delivered", "lost", "connects", "held", "stored"])
+def test_a_step_breaks_on_each_part_of_its_objective(changes, says):
+    why = verdict.broke(_row(**changes), 250)
+    assert (why == []) if says is None else any(says in w for w in why), why
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_two_steps_on_stage_9_hold_the_loads_counts_to_the_servers(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.studies.capacity", "--stages", "9",
+         "--users", ",".join(map(str, STEPS)), "--room-size", str(ROOM), "--send-every", "1",
+         "--seconds", "3", "--grace", "3", "--objective-ms", "5000", "--load-processes", "2",
+         "--results", str(tmp_path)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert not hosts.owned_namespaces(proc.pid) + runner.started_by(proc.pid)
+    [run_dir] = tmp_path.glob("*-capacity")
+    found = json.loads((run_dir / "capacity.json").read_text())
+    rows = found["rows"]
+    assert [r["users"] for r in rows] == list(STEPS), out
+    for row in rows:
+        # every user connected, and the server holds exactly those websockets
+        assert row["connected"] == row["users"] == row["server_held"], row
+        # every message the load sent was stored by the server, acked, and delivered to
+        # each member of its room (the server emits to the whole room, sender included)
+        assert row["sent"] == row["acked"] == row["server_stored"] > 0, row
+        assert row["received"] == row["expected"] == row["acked"] * ROOM, row
+        assert row["broke"] == [] and row["limit"] is None, row
+        assert row["load_processes"] == 2
+        assert 0 < row["realtime_cpu_percent"] and row["realtime_us_per_delivery"] > 0, row
+        assert row["realtime_fds"] >= row["server_held"], row  # a descriptor per websocket
+        assert row["delivery_p99_ms"] <= row["delivery_max_ms"], row
+    assert found["verdicts"]["9"] == [verdict.summary("9", rows)]
+    assert f"stage 9 holds {STEPS[-1]} users" in out
+    hlog = (run_dir / "09-rust-http-server" / "repeat-1" / "step-2.hlog").read_text()
+    assert all(f"Tag={kind}," in hlog for kind in ("ack", "connect", "delivery", "lag")), hlog
