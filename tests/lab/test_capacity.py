@@ -9,6 +9,7 @@ counts, which hold on a box of any speed; the objective's rule is tested on rows
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from conftest import run_module
 from benchmarks import stages
 from benchmarks.run import runner
 from benchmarks.sandbox import hosts
-from benchmarks.studies.capacity import clients, verdict
+from benchmarks.studies.capacity import clients, fanout, verdict
 
 ROOT = stages.ROOT
 STEPS = (100, 300)
@@ -101,3 +102,27 @@ def test_two_steps_on_stage_9_hold_the_loads_counts_to_the_servers(tmp_path):
     assert f"stage 9 holds {STEPS[-1]} users" in out
     hlog = (run_dir / "09-rust-http-server" / "repeat-1" / "step-2.hlog").read_text()
     assert all(f"Tag={kind}," in hlog for kind in ("ack", "connect", "delivery", "lag")), hlog
+
+
+def test_the_fan_out_variant_sets_the_real_time_servers_process_count():
+    nine = stages.get("9")
+    three = fanout.with_processes(nine, 3)
+    assert three.socketio_server[:5] == ("gunicorn", "-c", "gunicorn/today.conf.py", "-w", "3")
+    assert three.server == nine.server  # the HTTP API's server unchanged
+    assert fanout.with_processes(nine, 1) is nine and fanout.label(nine, 3) == "9 x3"
+    granian = dataclasses.replace(nine, socketio_server=stages.GRANIAN_TODAY)
+    cmd = fanout.with_processes(granian, 2).socketio_server
+    assert cmd[cmd.index("--workers") + 1] == "2"
+    with pytest.raises(ValueError, match="no worker count"):
+        fanout.with_processes(stages.get("0"), 2)  # flask run: one process
+
+
+def test_the_listeners_share_counts_samples_under_the_queues_listener(tmp_path):
+    stacks = tmp_path / "profile.folded"
+    stacks.write_text(
+        'process 1:"gunicorn";PubSubManager._thread (socketio/pubsub_manager.py);'
+        "_handle_emit (socketio/pubsub_manager.py) 3\n"
+        'process 1:"gunicorn";AsyncPubSubManager._thread (socketio/async_pubsub_manager.py) 1\n'
+        'process 1:"gunicorn";_handle_event_internal (socketio/server.py) 6\n')
+    assert fanout.listener_share(stacks) == 0.4
+    assert fanout.listener_share(tmp_path / "missing") is None

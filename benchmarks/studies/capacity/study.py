@@ -34,10 +34,11 @@ import time
 from pathlib import Path
 
 from benchmarks import latency_log, stages
+from benchmarks.profile import record
 from benchmarks.run import cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs
-from benchmarks.studies.capacity import clients, servers, verdict
+from benchmarks.studies.capacity import clients, fanout, servers, verdict
 
 CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
 DEFAULT_STAGES = "9,9e,9t,9a"
@@ -85,8 +86,12 @@ def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int)
         for n, users in enumerate(args.users, 1):
             connected = load.events("connected", step_limit(args, users))
             before, t0 = servers.read(stack), time.monotonic()
-            load.go()
-            held = load.events("held", args.seconds + args.grace + 60)
+            profiled = out / f"step-{n}"
+            profiled.mkdir()
+            with record.recording(servers.roles(stack)["realtime"], box.prefix("client"),
+                                  profiled, args.seconds, on=args.profile):
+                load.go()
+                held = load.events("held", args.seconds + args.grace + 60)
             wall = time.monotonic() - t0
             after = servers.read(stack, memory=True)
             save_histograms(out / f"step-{n}.hlog", [
@@ -94,6 +99,7 @@ def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int)
                 for c, h in zip(connected, held, strict=True)])
             row = verdict.step_row(n, users, connected, held, rest, before, after, wall,
                                    args.objective_ms, server_cpus)
+            row["listener_share"] = fanout.listener_share(profiled / results.PROFILE_STACKS)
             rows.append(row)
             say(f"  {line(row)}")
             if row["broke"]:
@@ -111,18 +117,20 @@ def line(row: dict) -> str:
             f"load {row['load_cpu_percent_max']}% -> {verdict_words}")
 
 
-def run_stage(stage, opts, args, run_dir: Path, repeat: int) -> list[dict]:
-    out = run_dir / stage.dirname / f"repeat-{repeat}"
+def run_stage(base, processes: int, opts, args, run_dir: Path, repeat: int) -> list[dict]:
+    stage, name = fanout.with_processes(base, processes), fanout.label(base, processes)
+    out = run_dir / (base.dirname + ("" if processes == 1 else f"-x{processes}")) / \
+        f"repeat-{repeat}"
     out.mkdir(parents=True)
     with runner.running_stage(stage, opts) as (box, stack, _users):
-        say(f"stage {stage.key} {stage.slug}, repeat {repeat}: up ({box.describe()}); "
+        say(f"stage {name} {stage.slug}, repeat {repeat}: up ({box.describe()}); "
             f"seeding {args.users[-1]} users in rooms of {args.room_size}")
         users_file = seed(stack, args.users[-1], args.room_size)
         cpus = len(box.placement.cpus(["redis"])["redis"])  # the server roles' CPU set
         rows = run_steps(stage, stack, users_file, args, out, cpus)
     for row in rows:
-        row.update({"stage": stage.key, "repeat": repeat})
-    say(verdict.summary(stage.key, rows))
+        row.update({"stage": name, "processes": processes, "repeat": repeat})
+    say(verdict.summary(name, rows))
     return rows
 
 
@@ -157,11 +165,18 @@ def check_args(args) -> None:
             raise options.OptionsError(f"--{name.replace('_', '-')} must be above 0")
     if args.grace < 0 or args.repeats < 1 or args.load_processes < 1:
         raise options.OptionsError("--grace >= 0, --repeats and --load-processes >= 1")
+    if not args.processes or min(args.processes) < 1 or max(args.processes) > 8:
+        raise options.OptionsError("--processes: counts from 1 to 8, comma-separated (1,2,3)")
 
 
 def run(args) -> int:
     check_args(args)
     chosen = chosen_stages(args.stages)
+    for stage in chosen:
+        try:
+            [fanout.with_processes(stage, n) for n in args.processes]
+        except ValueError as e:
+            raise options.OptionsError(f"--processes: {e}") from None
     opts = options.RunOptions(stages=tuple(chosen), sandbox=cli.resolve_sandbox(args.sandbox),
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
@@ -171,10 +186,12 @@ def run(args) -> int:
     rows, verdicts = [], {}
     for repeat in range(1, args.repeats + 1):
         for stage in chosen:  # interleaved, as the lab's repeats are
-            found = run_stage(stage, opts, args, run_dir, repeat)
-            rows += found
-            verdicts.setdefault(stage.key, []).append(verdict.summary(stage.key, found))
-            write(run_dir, rows, verdicts)
+            for n in args.processes:
+                found = run_stage(stage, n, opts, args, run_dir, repeat)
+                rows += found
+                name = fanout.label(stage, n)
+                verdicts.setdefault(name, []).append(verdict.summary(name, found))
+                write(run_dir, rows, verdicts)
     say("")
     for said in verdicts.values():
         for n, words in enumerate(said, 1):
@@ -212,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load processes (client.py), spread over the load hosts")
     p.add_argument("--client-hosts", type=int, default=1, choices=(1, 2),
                    help="load hosts (default 1)")
+    p.add_argument("--processes", type=counts, default=[1],
+                   help="the fan-out: each stage with its real-time server on each of these "
+                        "process counts (1,2,3); default 1")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy on the real-time server during each step's traffic: its "
+                        "flame graph, and the message queue listener's share of its samples")
     cli.add_sandbox_options(p)
     return p
 
