@@ -20,7 +20,7 @@ from conftest import run_module
 from benchmarks import stages
 from benchmarks.run import runner
 from benchmarks.sandbox import hosts
-from benchmarks.studies.capacity import clients, fanout, verdict
+from benchmarks.studies.capacity import clients, fanout, report, verdict
 
 ROOT = stages.ROOT
 STEPS = (100, 300)
@@ -100,6 +100,9 @@ def test_two_steps_on_stage_9_hold_the_loads_counts_to_the_servers(tmp_path):
         assert row["delivery_p99_ms"] <= row["delivery_max_ms"], row
     assert found["verdicts"]["9"] == [verdict.summary("9", rows)]
     assert f"stage 9 holds {STEPS[-1]} users" in out
+    text = (run_dir / report.REPORT).read_text()
+    assert all(report.step_line(r) in text for r in rows), text
+    assert f"- **9** holds {STEPS[-1]} users in every repeat (1); at {STEPS[-1]}:" in text
     hlog = (run_dir / "09-rust-http-server" / "repeat-1" / "step-2.hlog").read_text()
     assert all(f"Tag={kind}," in hlog for kind in ("ack", "connect", "delivery", "lag")), hlog
 

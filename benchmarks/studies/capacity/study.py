@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from benchmarks.profile import record
 from benchmarks.run import cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs
-from benchmarks.studies.capacity import clients, fanout, servers, verdict
+from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
 
 CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
 DEFAULT_STAGES = "9,9e,9t,9a"
@@ -143,6 +144,8 @@ def write(run_dir: Path, rows: list[dict], verdicts: dict) -> None:
                           for k, v in r.items()} for r in rows)
     (run_dir / JSON_NAME).write_text(json.dumps({"rows": rows, "verdicts": verdicts},
                                                 indent=1) + "\n")
+    report.write(run_dir, rows, " ".join(["python -m benchmarks.studies.capacity",
+                                          *sys.argv[1:]]))
 
 
 def chosen_stages(spec: str) -> list:

@@ -1,0 +1,141 @@
+"""The capacity study's report.md: every step, each stage's verdict over its repeats, the
+paired comparison with the reference stage, and the fan-out table.
+
+Intervals are the lab's (benchmarks/analysis/stats.py): a positive quantity's geometric
+mean and 95% interval over the repeats; a comparison is the paired test of the ratios
+within each repeat (stats.step), at the largest step both stages held in every repeat.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.analysis import stats
+
+REPORT = "report.md"
+REFERENCE = "9"  # gevent, stage 9's own Socket.IO server: the others are compared with it
+STEP_HEADER = ("| stage | repeat | users | connected | delivered | delivery p50 / p99 ms "
+               "| KiB PSS a user | real-time CPU % | µs a delivery | load CPU % | verdict |")
+
+
+FAN_HEADER = ("| stage | processes | users | µs of the real-time server a delivery "
+              "| of each process | the queue listener's share of its samples |")
+
+
+def separator(header: str) -> str:
+    return "|" + "---|" * (header.count("|") - 1)
+
+
+def step_line(r: dict) -> str:
+    said = "held" if not r["broke"] else "broke: " + "; ".join(r["broke"])
+    return (f"| {r['stage']} | {r['repeat']} | {r['users']:,} | {r['connected']:,} | "
+            f"{r['received']:,} of {r['expected']:,} | {r['delivery_p50_ms']} / "
+            f"{r['delivery_p99_ms']} | {r['pss_kib_per_user']} | {r['realtime_cpu_percent']} | "
+            f"{r['realtime_us_per_delivery']} | {r['load_cpu_percent_max']} | {said} |")
+
+
+def by_stage(rows: list[dict]) -> dict[str, dict[int, list[dict]]]:
+    """stage -> repeat -> its steps, in order."""
+    found: dict[str, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        found[r["stage"]][r["repeat"]].append(r)
+    return found
+
+
+def held_steps(repeats: dict[int, list[dict]]) -> dict[int, list[dict]]:
+    """users -> that step's row in each repeat, for the steps every repeat held."""
+    per: dict[int, list[dict]] = defaultdict(list)
+    for steps in repeats.values():
+        for r in steps:
+            if not r["broke"]:
+                per[r["users"]].append(r)
+    return {u: rs for u, rs in per.items() if len(rs) == len(repeats)}
+
+
+def shown(iv: dict) -> str:
+    if iv["mean"] is None:
+        return "n/a"
+    if iv["low"] is None:
+        return f"{iv['mean']:.1f}"
+    return f"{iv['mean']:.1f} [{iv['low']:.1f}, {iv['high']:.1f}]"
+
+
+def stage_line(stage: str, repeats: dict[int, list[dict]]) -> str:
+    holds = [max([r["users"] for r in steps if not r["broke"]], default=0)
+             for steps in repeats.values()]
+    common = held_steps(repeats)
+    said = f"- **{stage}** holds {min(holds):,} users in every repeat ({len(holds)})"
+    if common:
+        top = max(common)
+        rs = common[top]
+        said += (f"; at {top:,}: {shown(stats.interval(r['pss_kib_per_user'] for r in rs))} "
+                 f"KiB PSS a user, "
+                 f"{shown(stats.interval(r['realtime_us_per_delivery'] for r in rs))} µs of "
+                 f"the real-time server's CPU a delivery, delivery p99 "
+                 f"{shown(stats.interval(r['delivery_p99_ms'] for r in rs))} ms")
+    broke = [steps[-1] for steps in repeats.values() if steps[-1]["broke"]]
+    for r in broke[:1]:
+        said += f"; at {r['users']:,}: {'; '.join(r['broke'])}; limited by {r['limit']}"
+    return said
+
+
+def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
+    """Each stage against the reference at the largest step both held in every repeat."""
+    if REFERENCE not in stages:
+        return []
+    ref, out = held_steps(stages[REFERENCE]), []
+    for stage, repeats in stages.items():
+        mine = held_steps(repeats)
+        both = sorted(set(ref) & set(mine))
+        if (stage == REFERENCE or " x" in stage or not both
+                or len(repeats) != len(stages[REFERENCE])):  # fan-out variants: their table
+            continue
+        top = both[-1]
+        for name, words in (("pss_kib_per_user", "memory a user"),
+                            ("realtime_us_per_delivery", "CPU a delivery")):
+            ratios = [b[name] / a[name] for a, b in zip(ref[top], mine[top], strict=True)
+                      if a[name] and b[name]]
+            if ratios:
+                out.append(f"- {stage} / {REFERENCE}, {words} at {top:,} users: "
+                           f"{stats.verdict(stats.step(ratios))}")
+    return out
+
+
+def fanout_lines(rows: list[dict]) -> list[str]:
+    """Per base stage and process count, at the largest step every variant held."""
+    bases: dict[str, dict[int, dict]] = defaultdict(dict)
+    for stage, repeats in by_stage(rows).items():
+        processes = next(iter(repeats.values()))[0]["processes"]
+        bases[stage.split(" x")[0]][processes] = held_steps(repeats)
+    out = []
+    for base, per in bases.items():
+        common = set.intersection(*(set(h) for h in per.values())) if len(per) > 1 else set()
+        if not common:
+            continue
+        top = max(common)
+        for n, held in sorted(per.items()):
+            rs = held[top]
+            share = stats.mean(r.get("listener_share") for r in rs)
+            out.append(f"| {base} | {n} | {top:,} | "
+                       f"{shown(stats.interval(r['realtime_us_per_delivery'] for r in rs))} | "
+                       f"{shown(stats.interval(r['realtime_us_per_delivery'] / n for r in rs))}"
+                       f" | {'n/a' if share is None else f'{share:.2f}'} |")
+    return out
+
+
+def write(run_dir: Path, rows: list[dict], command: str) -> Path:
+    stages = by_stage(rows)
+    lines = [f"# Capacity: `{command}`", "", STEP_HEADER, separator(STEP_HEADER),
+             *map(step_line, rows), "", "## Each stage", "",
+             *(stage_line(s, reps) for s, reps in stages.items())]
+    paired = paired_lines(stages)
+    if paired:
+        lines += ["", f"## Against stage {REFERENCE} (paired over repeats)", "", *paired]
+    fan = fanout_lines(rows)
+    if fan:
+        lines += ["", "## Fan-out (the real-time server on N processes)", "", FAN_HEADER,
+                  separator(FAN_HEADER), *fan]
+    path = run_dir / REPORT
+    path.write_text("\n".join(lines) + "\n")
+    return path
