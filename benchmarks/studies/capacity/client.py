@@ -51,6 +51,7 @@ from wsproto.events import (
     Request,
     TextMessage,
 )
+from wsproto.extensions import PerMessageDeflate
 
 from benchmarks import latency_log
 
@@ -112,9 +113,13 @@ class User:
                 elif isinstance(event, RejectConnection):
                     raise ConnectFailed(f"http {event.status_code}")
 
-    async def connect(self, host: str, port: int, token: str) -> None:
+    async def connect(self, host: str, port: int, token: str, deflate: bool = False) -> None:
+        """Open the websocket (offering permessage-deflate, as browsers do, if `deflate`),
+        connect with the token, join the user's room."""
         self.reader, self.writer = await asyncio.open_connection(host, port)
-        self.writer.write(self.ws.send(Request(host=f"{host}:{port}", target=PATH)))
+        offer = [PerMessageDeflate()] if deflate else []
+        self.writer.write(self.ws.send(Request(host=f"{host}:{port}", target=PATH,
+                                               extensions=offer)))
         self.stream = self.frames()
         expect = {"": "upgrade", "0": "engine.io open", "40": "socket.io connect"}
         for step, what in expect.items():
@@ -230,7 +235,8 @@ class Client:
             try:
                 if token is None:
                     raise ConnectFailed("login failed")
-                await asyncio.wait_for(user.connect(self.host, self.port, token),
+                await asyncio.wait_for(user.connect(self.host, self.port, token,
+                                                    self.args.deflate),
                                        self.args.connect_timeout)
             except (TimeoutError, ConnectFailed, OSError, StopAsyncIteration) as e:
                 reason = (e.args[0] if isinstance(e, ConnectFailed) else
@@ -374,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=5.0,
                    help="after the sends, seconds for what is on its way")
     p.add_argument("--connect-timeout", type=float, default=15.0)
+    p.add_argument("--deflate", action="store_true",
+                   help="offer permessage-deflate, as browsers do (the server may accept it)")
     p.add_argument("--limit", type=float, default=3600.0,
                    help="seconds after which it stops whatever happens")
     return p

@@ -42,6 +42,12 @@ def targets(steps: list[int], share: tuple[int, int], users: int) -> list[int]:
     return [max(0, min(count, step - first)) for step in steps]
 
 
+def options(traffic: dict) -> list[str]:
+    """client.py's options: `--name=value`, or `--name` for a flag (value "")."""
+    return [f"--{k.replace('_', '-')}" + (f"={v}" if v != "" else "")
+            for k, v in traffic.items()]
+
+
 class Clients:
     """The load processes of one stage's run; a context manager that stops them all."""
 
@@ -55,8 +61,7 @@ class Clients:
                    "--url", url, "--users-file", str(users_file), "--first", str(share[0]),
                    "--count", str(share[1]),
                    "--steps", ",".join(map(str, targets(steps, share, users))),
-                   "--limit", str(limit), *(f"--{k.replace('_', '-')}={v}"
-                                            for k, v in traffic.items())]
+                   "--limit", str(limit), *options(traffic)]
             log = out_dir / f"client-{n + 1}.log"
             self.logs.append(log)
             with open(log, "ab") as err:

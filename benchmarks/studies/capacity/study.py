@@ -62,8 +62,9 @@ def seed(stack, users: int, room_size: int) -> Path:
 
 def traffic(args) -> dict:
     """The load processes' traffic options (client.py's)."""
-    return {"send_every": args.send_every, "seconds": args.seconds, "grace": args.grace,
-            "connect_timeout": args.connect_timeout}
+    found = {"send_every": args.send_every, "seconds": args.seconds, "grace": args.grace,
+             "connect_timeout": args.connect_timeout}
+    return {**found, "deflate": ""} if args.deflate else found
 
 
 def step_limit(args, users: int) -> float:
@@ -235,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=counts, default=[1],
                    help="the fan-out: each stage with its real-time server on each of these "
                         "process counts (1,2,3); default 1")
+    p.add_argument("--deflate", action="store_true",
+                   help="the load offers permessage-deflate, as browsers do: whether the "
+                        "server accepts it, and what a compression context costs a user")
     p.add_argument("--profile", action="store_true",
                    help="py-spy on the real-time server during each step's traffic: its "
                         "flame graph, and the message queue listener's share of its samples")
