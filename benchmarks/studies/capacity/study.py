@@ -39,7 +39,7 @@ from benchmarks.profile import record
 from benchmarks.run import cli, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs
-from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
+from benchmarks.studies.capacity import clients, fanout, plots, report, servers, verdict
 
 CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
 DEFAULT_STAGES = "9,9e,9t,9a"
@@ -136,7 +136,7 @@ def run_stage(base, processes: int, opts, args, run_dir: Path, repeat: int) -> l
     return rows
 
 
-def write(run_dir: Path, rows: list[dict], verdicts: dict) -> None:
+def write(run_dir: Path, rows: list[dict], verdicts: dict, objective_ms: float) -> None:
     columns = list(dict.fromkeys(k for r in rows for k in r))
     with open(run_dir / CSV_NAME, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
@@ -147,6 +147,7 @@ def write(run_dir: Path, rows: list[dict], verdicts: dict) -> None:
                                                 indent=1) + "\n")
     report.write(run_dir, rows, " ".join(["python -m benchmarks.studies.capacity",
                                           *sys.argv[1:]]))
+    plots.draw(run_dir, rows, objective_ms)
 
 
 def chosen_stages(spec: str) -> list:
@@ -195,7 +196,7 @@ def run(args) -> int:
                 rows += found
                 name = fanout.label(stage, n)
                 verdicts.setdefault(name, []).append(verdict.summary(name, found))
-                write(run_dir, rows, verdicts)
+                write(run_dir, rows, verdicts, args.objective_ms)
     say("")
     for said in verdicts.values():
         for n, words in enumerate(said, 1):
