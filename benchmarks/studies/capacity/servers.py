@@ -24,6 +24,7 @@ import psutil
 import redis
 
 from benchmarks.capture import kernel
+from benchmarks.run import results
 from benchmarks.run.stack import Stack, socketio_name
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -131,6 +132,23 @@ def stored_messages(stack: Stack) -> int:
             return int(r.get("next:message_id") or 0)
         finally:
             r.close()
+
+
+# What a server's own log says when a limit of its configuration or of the box is reached
+SIGNS = {"worker_connections are not enough": "Nginx's worker_connections",
+         "Too many open files": "file descriptors (EMFILE)"}
+
+
+def log_signs(stack: Stack) -> dict[str, int]:
+    """The limits the stage's logs name (SIGNS), with how many lines name each."""
+    logs = [*stack.dir.glob("*.log"), *(stack.dir / results.NGINX_DIR).glob("*.log")]
+    found: dict[str, int] = {}
+    for log in logs:
+        text = log.read_text(errors="replace")
+        for phrase, limit in SIGNS.items():
+            if phrase in text:
+                found[limit] = found.get(limit, 0) + text.count(phrase)
+    return found
 
 
 @dataclass

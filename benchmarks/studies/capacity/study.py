@@ -100,7 +100,7 @@ def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int)
                 {"histograms": {**c["histograms"], **h["histograms"]}}
                 for c, h in zip(connected, held, strict=True)])
             row = verdict.step_row(n, users, connected, held, rest, before, after, wall,
-                                   args.objective_ms, server_cpus)
+                                   args.objective_ms, server_cpus, servers.log_signs(stack))
             row["listener_share"] = fanout.listener_share(profiled / results.PROFILE_STACKS)
             rows.append(row)
             say(f"  {line(row)}")

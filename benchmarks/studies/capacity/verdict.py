@@ -8,7 +8,9 @@ before it is what the stage "holds".
 
 What limited it is read from the failing step's own figures, the first that applies:
 the load side (a load process's CPU over 90% of a core, or its event loop late by more
-than a tenth of the objective at p99: its latencies are its own then); the server's
+than a tenth of the objective at p99: its latencies are its own then); a limit a
+server's log names (Nginx's "worker_connections are not enough", "Too many open
+files": servers.SIGNS); the server's
 CPU (the server roles together over 90% of their CPU set's time); descriptors (the
 real-time server within 5% of its `nofile`); memory (the box's available memory under
 10%); a cap on connections (connects failed or timed out with CPU to spare: a pool of
@@ -70,7 +72,7 @@ def roles_row(rest: Reading, before: Reading, after: Reading, wall: float,
 
 def step_row(step: int, users: int, connected: list[dict], held: list[dict], rest: Reading,
              before: Reading, after: Reading, wall: float, objective_ms: float,
-             server_cpus: int) -> dict:
+             server_cpus: int, signs: dict[str, int]) -> dict:
     """One step's row: the client's counts, the server's own, latencies, costs, verdict."""
     count = {k: sum(e[k] for e in held) for k in ("sent", "acked", "ack_errors", "expected",
                                                    "received", "stale", "dropped")}
@@ -88,7 +90,7 @@ def step_row(step: int, users: int, connected: list[dict], held: list[dict], res
            "load_cpu_percent_max": max(e["cpu_percent"] for e in held),
            "load_rss_mib": round(sum(e["rss_kib"] for e in held) / 1024, 1),
            "load_lag_p99_ms": max(ms(merged([e], "lag"), 99) or 0 for e in held),
-           "load_processes": len(held), "seconds": round(wall, 2)}
+           "load_processes": len(held), "seconds": round(wall, 2), "log_signs": signs}
     row.update(roles_row(rest, before, after, wall, count["received"], row["connected"],
                          server_cpus))
     row["broke"] = broke(row, objective_ms)
@@ -124,6 +126,9 @@ def limit(row: dict, objective_ms: float) -> str:
     if row["load_cpu_percent_max"] > LOAD_CPU_MAX or row["load_lag_p99_ms"] > objective_ms / 10:
         return (f"the load side (a load process at {row['load_cpu_percent_max']}% of a core, "
                 f"its loop late {row['load_lag_p99_ms']} ms at p99)")
+    if row["log_signs"]:
+        return "; ".join(f"{limit} (the logs say so {n} times)"
+                         for limit, n in row["log_signs"].items())
     if row["server_cpu_percent_of_set"] > SERVER_CPU_MAX:
         return f"the server's CPU ({row['server_cpu_percent_of_set']}% of its CPU set)"
     if row["realtime_nofile"] and row["realtime_fds"] >= NOFILE_MARGIN * row["realtime_nofile"]:
