@@ -50,19 +50,24 @@ def ms(hist: HdrHistogram, q: float | None) -> float | None:
 
 def roles_row(rest: Reading, before: Reading, after: Reading, wall: float,
               delivered: int, users: int, cpus: int) -> dict:
-    """Each role's CPU (% of a core, µs per delivery); the real-time server's memory
-    (KiB per connected user above its rest), descriptors and threads."""
+    """Each role's CPU (% of a core, µs per delivery) and memory (MiB, and KiB per
+    connected user above its rest: RSS and PSS); the real-time server's descriptors and
+    threads."""
     row = {}
     for name, end in after.roles.items():
         spent = end.cpu_s - before.roles[name].cpu_s
+        base = rest.roles[name]
         row[f"{name}_cpu_percent"] = round(spent / wall * 100, 1)
         row[f"{name}_us_per_delivery"] = round(spent * 1e6 / delivered, 1) if delivered else None
-    rt, base = after.roles["realtime"], rest.roles["realtime"]
+        row[f"{name}_rss_mib"] = round(end.rss_kib / 1024, 1)
+        row[f"{name}_pss_mib"] = round(end.pss_kib / 1024, 1)
+        for kind in ("rss", "pss"):
+            grown = getattr(end, f"{kind}_kib") - getattr(base, f"{kind}_kib")
+            row[f"{name}_{kind}_kib_per_user"] = round(grown / users, 1) if users else None
+    rt = after.roles["realtime"]
     row.update({
-        "realtime_rss_mib": round(rt.rss_kib / 1024, 1),
-        "realtime_pss_mib": round(rt.pss_kib / 1024, 1),
-        "rss_kib_per_user": round((rt.rss_kib - base.rss_kib) / users, 1) if users else None,
-        "pss_kib_per_user": round((rt.pss_kib - base.pss_kib) / users, 1) if users else None,
+        "rss_kib_per_user": row["realtime_rss_kib_per_user"],
+        "pss_kib_per_user": row["realtime_pss_kib_per_user"],
         "realtime_fds": rt.fds, "realtime_nofile": rt.nofile, "realtime_threads": rt.threads,
         "realtime_processes": rt.processes,
         "server_cpu_percent_of_set": round(sum(row[f"{n}_cpu_percent"] for n in after.roles)
@@ -84,6 +89,7 @@ def step_row(step: int, users: int, connected: list[dict], held: list[dict], res
            **count, "lost": count["expected"] - count["received"],
            "server_held": after.held, "server_stored": after.stored - before.stored,
            "delivered_per_s": round(count["received"] / wall, 1),
+           "expected_per_s": round(count["expected"] / wall, 1),
            "delivery_p50_ms": ms(delivery, 50), "delivery_p99_ms": ms(delivery, 99),
            "delivery_max_ms": ms(delivery, None), "ack_p50_ms": ms(ack, 50),
            "ack_p99_ms": ms(ack, 99), "connect_p99_ms": ms(connect, 99),
