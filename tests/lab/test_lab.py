@@ -216,7 +216,10 @@ def test_the_sockets_tab_screenshot_of_a_finished_stage(full_run):
     finally:
         procs.stop(viewer)
     assert 0 < shown <= expected  # the last sample's, at most the stage's peak
-    assert int(stage4["Failures"].rstrip("%")) > 20, stage4  # stage 4's 502s
+    # stage 4's 502s, as its metrics count them (their share depends on how early in the
+    # window the ports ran out: 19% on a half-speed box, 80% on this one)
+    m4 = results.read_json(run_dir / stages.get("4").dirname / results.METRICS_JSON)
+    assert m4["failures"] > 0 and stage4["Failures"] != "0%", stage4
     assert stage4["RPS"] in header and stage4["Failures"] in header, header
     assert "http://198.18.0.20:8080" in header and stage_shot.NOWHERE not in header, header
 
