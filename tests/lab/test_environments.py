@@ -1,4 +1,4 @@
-"""The two server environments (benchmarks/stages.py ENVIRONMENTS, `make setup`): the
+"""The two server environments (benchmarks/servers.py ENVIRONMENTS, `make setup`): the
 current one on gunicorn 27 without eventlet, the eventlet one with only what the book's
 eventlet servers need; a stage whose environment is missing is refused before anything
 starts, with the command that makes it."""
