@@ -1,5 +1,5 @@
 """The servers a stage runs, as data: their commands, the environments (venvs) they
-start from, and the app settings they run with.
+start from, the app settings they run with, and how big their Nginx is.
 
 benchmarks/stages.py names these in its stages and re-exports them (`stages.CURRENT`,
 `stages.GUNICORN_TODAY`): read a stage there, its servers here.
@@ -7,17 +7,19 @@ benchmarks/stages.py names these in its stages and re-exports them (`stages.CURR
 
 from __future__ import annotations
 
+import functools
+import runpy
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: every command runs from it
 
 
-# Server environments: the venv a stage's servers start from, both made by `make
-# setup`. gunicorn 26.0 removed the eventlet worker and eventlet is being retired, so
-# the book's eventlet stages run on the last gunicorn that has it, in an environment
-# that holds only what those servers need; everything else (the other servers,
-# Locust, the tools, the tests) runs on the current releases.
+# Server environments: the venv a server starts from, both made by `make setup`.
+# gunicorn 26.0 removed the eventlet worker and eventlet is being retired, so the book's
+# eventlet servers run on the last gunicorn that has it, in an environment that holds
+# only what those servers need; everything else (the other servers, Locust, the tools,
+# the tests) runs on the current releases.
 @dataclass(frozen=True)
 class Environment:
     name: str
@@ -36,10 +38,37 @@ ENVIRONMENTS = {e.name: e for e in (
 )}
 
 
-def worker_environment(worker_class: str) -> str:
+def worker_environment(worker_class: str | None) -> str:
     """The environment whose gunicorn has this worker class: eventlet's is only in the
-    old gunicorn; sync, gthread and gevent are in today's."""
+    old gunicorn; sync, gthread and gevent are in today's (and so are granian and
+    Flask's own server, whose "worker class" is None or granian's interface)."""
     return EVENTLET if worker_class == "eventlet" else CURRENT
+
+
+@functools.cache
+def config_worker_class(config: str) -> str:
+    """The worker class a gunicorn config file (`gunicorn/today.conf.py`, from the
+    repository root) sets, as gunicorn reads it: its `worker_class`, or gunicorn's
+    default, sync."""
+    return runpy.run_path(str(ROOT / config)).get("worker_class", "sync")
+
+
+def worker_class(command) -> str | None:
+    """What a server command runs its app on: a gunicorn's worker class (from its `-c`
+    file), granian's interface (`wsgi`, `asgi`), None for Flask's own server. A command
+    may be wrapped (`prlimit ... -- gunicorn ...`, the fd_limit study's)."""
+    command = list(command)
+    if "gunicorn" in command and "-c" in command:
+        return config_worker_class(command[command.index("-c") + 1])
+    if "granian" in command:
+        return command[command.index("--interface") + 1]
+    return None
+
+
+def command_environment(command) -> str:
+    """The environment a server command starts from: the one whose gunicorn has its
+    worker class (eventlet's for an eventlet worker), the current one otherwise."""
+    return worker_environment(worker_class(command))
 
 
 # Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
@@ -76,6 +105,17 @@ GUNICORN_EVENTLET_SHORT = ("gunicorn", "-c", "gunicorn/eventlet-short-keepalive.
 # deployment docs); stickiness across hosts is then Nginx's job.
 GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
                          "-b", "{app_host}:{app_port}", "app.wsgi:app")
+# The realtime set (lab 16): stage 9's Socket.IO server on each other model, one worker
+# each, none capped below the capacity study's ~10,000 websockets by a silent limit of
+# its own (each file, and granian/README.md for the asyncio one, says which and why).
+GUNICORN_EVENTLET_REALTIME = ("gunicorn", "-c", "gunicorn/eventlet-realtime.conf.py",
+                              "-b", "{app_host}:{app_port}", "app.wsgi:app")
+GUNICORN_GTHREAD_REALTIME = ("gunicorn", "-c", "gunicorn/gthread-realtime.conf.py",
+                             "-b", "{app_host}:{app_port}", "app.wsgi:app")
+# python-socketio's AsyncServer (app/asgi.py) on granian's ASGI interface: one event loop.
+GRANIAN_ASGI = ("granian", "--interface", "asgi", "--workers", "1",
+                "--respawn-failed-workers", "--workers-kill-timeout", "3",
+                "--host", "{app_host}", "--port", "{app_port}", "app.asgi:app")
 
 # The app's settings a stage gives (FLASK_*, app/settings.py), beyond its defaults.
 POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
@@ -89,3 +129,26 @@ THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (a
 # Stage 9: stage 7's code on two servers, each its own Socket.IO mode (threading under
 # granian, gevent under gunicorn's gevent worker): "auto", the default, takes it.
 SPLIT = CODE_ITSELF
+
+
+# Nginx's processes (nginx/nginx.conf): how many, the connections each holds, the file
+# descriptors each may open.
+@dataclass(frozen=True)
+class NginxSize:
+    workers: str = "auto"  # worker_processes: one per CPU
+    worker_connections: int = 4096
+    nofile: int = 8192  # worker_rlimit_nofile: twice worker_connections
+
+
+NGINX_SIZE = NginxSize()  # every stage's with a front, but 5w's and stage 9's family's
+# Stage 9 and its twins (the realtime set, lab 16): one Nginx in front of a Socket.IO
+# server that the capacity study takes to ~10,000 websockets, each two connections of
+# an Nginx worker (the client's and the upstream's), 20,000 in all. No process here
+# may open more than 20,000 descriptors (the box's hard limit, which only
+# CAP_SYS_RESOURCE raises), so one worker cannot hold them: 4 workers of 10,000
+# connections each, twice the top step, which the kernel fills evenly (nginx/nginx.conf
+# says how evenly; `reuseport` would force it, but on an address of its own it cannot
+# bind beside Debian's default site, which docs/your-stack.md keeps). At the lab's own
+# load (tens of users) no limit is near; what differs there is 4 processes on the
+# proxy's core where `auto` makes one per CPU (2 on the lab's box).
+WEBSOCKET_FRONT = NginxSize(workers="4", worker_connections=10_000, nofile=20_000)

@@ -12,7 +12,7 @@ and how its metric reads).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks.checks import (  # the stages' checks, each with its reason
@@ -62,20 +62,27 @@ from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_T
     CURRENT,
     ENVIRONMENTS,
     EVENTLET,
+    GRANIAN_ASGI,
     GRANIAN_TODAY,
     GUNICORN_EVENTLET,
     GUNICORN_EVENTLET_ONE,
+    GUNICORN_EVENTLET_REALTIME,
     GUNICORN_EVENTLET_SHORT,
     GUNICORN_GEVENT,
     GUNICORN_GTHREAD,
+    GUNICORN_GTHREAD_REALTIME,
     GUNICORN_SYNC,
     GUNICORN_SYNC_BACKLOG,
     GUNICORN_TODAY,
+    NGINX_SIZE,
     POLLING,
     ROOT,
     SPLIT,
     THREADING,
     TODAY,
+    WEBSOCKET_FRONT,
+    NginxSize,
+    command_environment,
 )
 from benchmarks.servers import Environment as Environment
 from benchmarks.servers import worker_environment as worker_environment
@@ -114,9 +121,6 @@ REDIS_PORT = 6379
 APP_PORT = 8000
 SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
-# Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
-NGINX_WORKER_CONNECTIONS = 4096
-
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
 KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
@@ -144,6 +148,8 @@ SETS = {s.name: s for s in (
     StageSet("failures", "lab 11", "failures from production, each beside its base stage"),
     StageSet("today", "labs 13, 15", "today's servers beside the book's eventlet: gthread, "
              "granian"),
+    StageSet("realtime", "lab 16", "stage 9's Socket.IO server on eventlet, threads and "
+             "asyncio beside gevent, for the capacity study"),
 )}
 EVERYTHING = "everything"  # every stage of every set
 
@@ -162,16 +168,17 @@ class Stage:
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
     set_name: str = "main"  # its named set (SETS): the main line, or a set of twins
-    worker_connections: int = NGINX_WORKER_CONNECTIONS  # Nginx's, per worker process
+    nginx: NginxSize = NGINX_SIZE  # its Nginx's processes (nginx/nginx.conf), if a front
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
     socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
     client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
     burst_every: float = 0.0  # the chat users' bursts (--chat-burst-every); 0: a steady load
-    environment: str = CURRENT  # the venv its servers start from (ENVIRONMENTS)
+    environment: str = CURRENT  # the venv `server` starts from (ENVIRONMENTS)
     # A server of its own for the Socket.IO path, on SOCKETIO_PORT of each app host, which
-    # the stage's Nginx file routes /socket.io/ to; None: `server` serves both.
+    # the stage's Nginx file routes /socket.io/ to; None: `server` serves both. Its
+    # environment follows from its worker class (server_environment).
     socketio_server: tuple[str, ...] | None = None
 
     def __post_init__(self):
@@ -190,6 +197,26 @@ class Stage:
         if self.socketio_server and not self.front:
             raise ValueError(f"stage {self.key}: a Socket.IO server of its own needs a proxy "
                              "in front to route /socket.io/ to it")
+
+    @property
+    def worker_connections(self) -> int:
+        """Nginx's connections per worker process (5w: 32)."""
+        return self.nginx.worker_connections
+
+    def server_environment(self, server: str = "http") -> str:
+        """The environment (ENVIRONMENTS) that server `server` (`commands`: `http`,
+        `socketio`) starts from: the stage's own for its app server; for a Socket.IO
+        server of its own, the one whose gunicorn has its worker class (9e's eventlet
+        from .venv-eventlet, beside granian from .venv)."""
+        if server == "socketio":
+            return command_environment(self.socketio_server)
+        return self.environment
+
+    @property
+    def environments(self) -> tuple[str, ...]:
+        """Every environment its servers start from, its app server's first."""
+        servers = ("http", "socketio") if self.socketio_server else ("http",)
+        return tuple(dict.fromkeys(self.server_environment(s) for s in servers))
 
     @property
     def failure(self) -> bool:
@@ -287,6 +314,17 @@ class Stage:
         return {"redis": redis_port, "front": app_port}
 
 
+# Stage 9; its twins in the realtime set are copies of it with another Socket.IO server.
+RUST_HTTP_SERVER = Stage(
+    key="9", slug="rust-http-server", title="the HTTP API on a Rust server",
+    server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool",
+    front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"),
+    users=ASYNC_USERS, env=SPLIT, set_name="today", nginx=WEBSOCKET_FRONT,
+    checks=(UPSTREAM_REUSED, UPSTREAM_SOCKETIO_REUSED, DELIVERED_OVER_HTTP, NO_FAILURES,
+            SOCKETIO_SERVED),
+    see="stage 8's code with every HTTP route on granian and Socket.IO on stage 8's gevent "
+        "worker, Nginx splitting by location: a message posted over HTTP still reaches the "
+        "room's websocket listeners, through Redis")
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline",),
@@ -396,15 +434,23 @@ STAGES: tuple[Stage, ...] = (
           checks=(TOKEN_CPU_DOWN, UPSTREAM_REUSED, NO_FAILURES),
           see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
-    Stage(key="9", slug="rust-http-server", title="the HTTP API on a Rust server",
-          server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool",
-          front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"),
-          users=ASYNC_USERS, env=SPLIT, set_name="today",
-          checks=(UPSTREAM_REUSED, UPSTREAM_SOCKETIO_REUSED, DELIVERED_OVER_HTTP,
-                  NO_FAILURES, SOCKETIO_SERVED),
-          see="stage 8's code with every HTTP route on granian and Socket.IO on stage 8's "
-              "gevent worker, Nginx splitting by location: a message posted over HTTP "
-              "still reaches the room's websocket listeners, through Redis"),
+    RUST_HTTP_SERVER,
+    # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed
+    replace(RUST_HTTP_SERVER, key="9e", slug="socketio-eventlet", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on eventlet",
+            socketio_server=GUNICORN_EVENTLET_REALTIME,
+            see="the same as stage 9, its websockets held by gunicorn 25.3's eventlet "
+                "worker (green threads), from .venv-eventlet"),
+    replace(RUST_HTTP_SERVER, key="9t", slug="socketio-threads", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on threads",
+            socketio_server=GUNICORN_GTHREAD_REALTIME, env={**SPLIT, **THREADING},
+            see="the same as stage 9 on gunicorn's gthread worker, no green library: "
+                "each websocket holds a thread"),
+    replace(RUST_HTTP_SERVER, key="9a", slug="socketio-asyncio", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on asyncio (ASGI)",
+            socketio_server=GRANIAN_ASGI,
+            see="the same as stage 9, its websockets held by python-socketio's AsyncServer "
+                "on granian's ASGI interface: one event loop"),
     # the failures set (`--stages failures`, lab 11): each beside its base stage
     Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),
@@ -421,7 +467,8 @@ STAGES: tuple[Stage, ...] = (
           title="Nginx upstream keep-alive, 32 worker_connections",
           server=GUNICORN_EVENTLET, environment=EVENTLET,
           redis_mode="pool", front="conf.d/upstream-keepalive.conf",
-          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, worker_connections=32,
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS,
+          nginx=NginxSize(worker_connections=32),
           checks=(NOT_ENOUGH, CUT_OFF),
           see="Nginx runs out of connections by its own configuration, with CPU to spare: "
               "it closes keep-alive connections, requests fail, TIME_WAIT is back",
@@ -441,6 +488,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(key="9k", slug="workers-killed", title="stage 9, a worker of each server killed",
           server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool", env=SPLIT,
           front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"), twin_of="9",
+          nginx=WEBSOCKET_FRONT,
           users=ASYNC_USERS, checks=RECOVERED, set_name="failures", see="each server replaces it"),
 )
 MAIN = tuple(s for s in STAGES if s.set_name == "main")  # `main`: what `make lab` runs
@@ -476,8 +524,8 @@ def in_set(name: str) -> set[str]:
 
 
 def select(spec: str) -> list[Stage]:
-    """Sets (`main`, `gevent`, `scale-out`, `failures`, `today`, `everything`) and keys or
-    slugs, comma/space separated, in registry order. A failure twin runs beside its
+    """Sets (`main`, `gevent`, `scale-out`, `failures`, `today`, `realtime`, `everything`)
+    and keys or slugs, comma/space separated, in registry order. A failure twin runs beside its
     base stage, under the same load: naming one without its base is an error."""
     parts = spec.replace(",", " ").split()
     names = f"{', '.join(SETS)}, {EVERYTHING}"

@@ -60,7 +60,8 @@ def test_stage_nginx_config_passes_nginx_t(stage, tmp_path):
     socketio = [("127.0.0.1", stages.SOCKETIO_PORT + 100 + i) for i in range(stage.app_hosts)
                 if stage.socketio_server]
     conf = nginx_conf.render(stage.front, tmp_path, apps=apps, socketio=socketio,
-                             front=("127.0.0.1", procs.free_port()), balance=stage.balance)
+                             front=("127.0.0.1", procs.free_port()), balance=stage.balance,
+                             size=stage.nginx)
     result = nginx_conf.check(conf)
     assert result.returncode == 0, result.stderr
     included = (tmp_path / stage.front).read_text()  # the stage's conf.d file, rendered
@@ -104,11 +105,13 @@ def test_exec_without_a_running_stage_says_what_to_do(tmp_path):
 # worker, and gevent with Nginx in front is stage 8's own (the app's suite runs
 # Socket.IO, the guard and durability on gevent); and less 6h, sticky polling by `hash
 # $remote_addr`, which 6i shows by `ip_hash` (its Nginx file is checked by
-# test_configs.py, its two client hosts by test_client_hosts.py). Left out to keep `make
-# test` under its time (about 85 s).
+# test_configs.py, its two client hosts by test_client_hosts.py); and less the realtime
+# set's twins (9e, 9t, 9a: stage 9 with another Socket.IO server), which
+# test_realtime_stages.py runs in a run of their own. Left out to keep `make test` under
+# its time (about 85 s).
 FULL = tuple(s for s in stages.select(",".join(stages.SETS))
              if not (s.twin_of and s.gunicorn_config == "gunicorn/gevent.conf.py")
-             and s.key != "6h")
+             and s.key != "6h" and s.set_name != "realtime")
 FULL_SPEC = ",".join(s.key for s in FULL)
 
 
@@ -141,7 +144,8 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
     assert info["versions"]["packages"]["granian"] == "2.8.7"  # stage 9's HTTP server
     assert info["versions"]["packages"]["eventlet"] is None  # not in the current environment
     # every package of each environment the run used, eventlet's for its stages
-    assert set(info["environments"]) == {stages.CURRENT} | {s.environment for s in FULL}
+    assert set(info["environments"]) == {stages.CURRENT} | {e for s in FULL
+                                                            for e in s.environments}
     assert info["environments"][stages.CURRENT]["packages"]["locust"]
     assert set(info["stages"]) == {s.key for s in FULL}
     for stage in FULL:  # what served it: the eventlet stages on 25.3, the others on 27
@@ -150,7 +154,8 @@ def test_full_run_exits_zero_and_writes_the_results_folder(full_run):
         wanted = {stages.EVENTLET: "gunicorn 25.3.0", stages.CURRENT: "gunicorn 27.0.1"}
         if stage.socketio_server:  # stage 9: granian for HTTP, gunicorn for Socket.IO
             assert served["app"]["server"] == "granian 2.8.7", stage.key
-            assert served["app"]["socketio"]["server"] == wanted[stage.environment]
+            assert served["app"]["socketio"]["server"] == wanted[
+                stage.server_environment("socketio")]
             assert served["app"]["socketio"]["worker_class"] == "gevent"
         elif stage.gunicorn_config:
             assert served["app"]["server"] == wanted[stage.environment], stage.key
