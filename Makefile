@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # The book's eventlet stages run from an environment of their own (gunicorn 25.3 with
-# eventlet; gunicorn 26 removed that worker): benchmarks/stages.py ENVIRONMENTS.
+# eventlet; gunicorn 26 removed that worker): benchmarks/servers.py ENVIRONMENTS.
 VENV_EVENTLET := .venv-eventlet
 # JupyterLab, to open notebooks/ by hand (`make notebooks`): out of .venv, which Locust
 # measures from; its kernel is .venv's Python.

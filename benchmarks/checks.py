@@ -148,7 +148,7 @@ EADDRNOTAVAIL = _ge("nginx_eaddrnotavail", 1,
 FAILED = _ge("failures", 1, "requests fail with 502 once no local port is free")
 UPSTREAM_REUSED = _le("tw_upstream_per_request", 0.05,
                       "Nginx reuses its cached upstream connections: ~0 TIME_WAIT")
-# Stage 9: the Socket.IO path's own upstream, to the gevent server
+# Stage 9 and its twins: the Socket.IO path's own upstream, to the Socket.IO server
 UPSTREAM_SOCKETIO_REUSED = _le("tw_upstream_socketio_per_request", 0.05,
                                "no churn toward the Socket.IO server either: a websocket is "
                                "one upstream connection for its whole session")
@@ -162,8 +162,8 @@ DELIVERED = _eq("cross_host_delivered", 1,
                 "other: the app servers share Socket.IO's rooms through Redis")
 DELIVERED_OVER_HTTP = _eq("cross_host_delivered", 1,
                           "a message posted over HTTP to granian reaches a room member whose "
-                          "websocket the gevent server holds: the two servers share "
-                          "Socket.IO's rooms through Redis")
+                          "websocket the Socket.IO server holds (gevent in stage 9): the two "
+                          "servers share Socket.IO's rooms through Redis")
 NO_SEQ_GAPS = _eq("cross_host_seq_gaps", 0, "the member sees the room's `seq` without a gap")
 POLLING_400S = _ge("sio_session_400s", 1,
                    "round robin sends a polling session's requests to either app host; the "
@@ -204,7 +204,7 @@ POST_502 = _ge("post_502s", 1,
                "Nginx retries a GET on a new connection, never a POST: a POST is answered 502")
 SOCKETIO_SERVED = _eq("sio_failures", 0,
                       "every Socket.IO message acknowledged: Nginx sends /socket.io/ to the "
-                      "gevent server, which holds the websockets")
+                      "Socket.IO server (gevent in stage 9), which holds the websockets")
 WEBSOCKETS_SERVED = _eq("sio_failures", 0,
                         "each websocket holds a thread for its whole life: 10 Socket.IO users "
                         "take 10 of the 4 x 16 threads, and the HTTP users still find one")

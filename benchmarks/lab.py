@@ -314,6 +314,9 @@ def say_stage(s: stages.Stage) -> None:
             say(f"    {' '.join(command)}" + ("  (/socket.io/)" if server == "socketio" else ""))
     env = stages.ENVIRONMENTS[s.environment]
     say(f"    from {env.venv}: {env.holds}")
+    if s.socketio_server and s.server_environment("socketio") != s.environment:  # 9e
+        env = stages.ENVIRONMENTS[s.server_environment("socketio")]
+        say(f"    /socket.io/ from {env.venv}: {env.holds}")
     say(f"    Redis {s.redis_mode}, {front}, sysctl {' + '.join(s.sysctl)}, "
         f"users {' '.join(s.users)}")
     if s.balance or s.socketio_transport != "websocket":

@@ -12,7 +12,7 @@ and how its metric reads).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks.checks import (  # the stages' checks, each with its reason
@@ -56,8 +56,37 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     WEBSOCKETS_SERVED,
     Check,
 )
+from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_TODAY`
+    BUILTIN,
+    CODE_ITSELF,
+    CURRENT,
+    ENVIRONMENTS,
+    EVENTLET,
+    GRANIAN_ASGI,
+    GRANIAN_TODAY,
+    GUNICORN_EVENTLET,
+    GUNICORN_EVENTLET_ONE,
+    GUNICORN_EVENTLET_REALTIME,
+    GUNICORN_EVENTLET_SHORT,
+    GUNICORN_GEVENT,
+    GUNICORN_GTHREAD,
+    GUNICORN_GTHREAD_REALTIME,
+    GUNICORN_SYNC,
+    GUNICORN_SYNC_BACKLOG,
+    GUNICORN_TODAY,
+    NGINX_SIZE,
+    POLLING,
+    ROOT,
+    SPLIT,
+    THREADING,
+    TODAY,
+    WEBSOCKET_FRONT,
+    NginxSize,
+    command_environment,
+)
+from benchmarks.servers import Environment as Environment
+from benchmarks.servers import worker_environment as worker_environment
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # The topology: a host per role, each a network namespace with one address in
 # 198.18.0.0/24 (inside 198.18.0.0/15, the range RFC 2544 sets aside for benchmarks,
@@ -92,73 +121,6 @@ REDIS_PORT = 6379
 APP_PORT = 8000
 SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
-# Nginx's connections per worker process (nginx/nginx.conf); 5w makes it small.
-NGINX_WORKER_CONNECTIONS = 4096
-
-# Server environments: the venv a stage's servers start from, both made by `make
-# setup`. gunicorn 26.0 removed the eventlet worker and eventlet is being retired, so
-# the book's eventlet stages run on the last gunicorn that has it, in an environment
-# that holds only what those servers need; everything else (the other servers,
-# Locust, the tools, the tests) runs on the current releases.
-@dataclass(frozen=True)
-class Environment:
-    name: str
-    venv: str  # its folder, from the repository root
-    requirements: str  # what `make setup` installs into it
-    holds: str  # one line for `lab list` and the docs
-
-
-CURRENT = "current"
-EVENTLET = "eventlet"
-ENVIRONMENTS = {e.name: e for e in (
-    Environment(CURRENT, ".venv", "requirements.txt",
-                "today's releases (gunicorn 27, gevent)"),
-    Environment(EVENTLET, ".venv-eventlet", "requirements-eventlet.txt",
-                "gunicorn 25.3 with eventlet, the book's worker (gone in gunicorn 26)"),
-)}
-
-
-def worker_environment(worker_class: str) -> str:
-    """The environment whose gunicorn has this worker class: eventlet's is only in the
-    old gunicorn; sync, gthread and gevent are in today's."""
-    return EVENTLET if worker_class == "eventlet" else CURRENT
-
-
-# Server commands, with {app_host} and {app_port} filled in. `flask`/`gunicorn` are
-# the venv's (the docs say `source .venv/bin/activate` first). A gunicorn stage's
-# settings live in its config file under gunicorn/ (what a user copies to a real
-# machine); only the address, which is the host's, stays on the command line.
-BUILTIN = ("flask", "--app", "app", "run", "--host", "{app_host}", "--port", "{app_port}")
-GUNICORN_SYNC = ("gunicorn", "-c", "gunicorn/sync.conf.py", "-b", "{app_host}:{app_port}",
-                 "app.wsgi:app")
-# gunicorn 26 removed the eventlet worker: the stages that run it name the `eventlet`
-# environment (gunicorn 25.3).
-GUNICORN_EVENTLET = ("gunicorn", "-c", "gunicorn/eventlet.conf.py", "-b", "{app_host}:{app_port}",
-                     "app.wsgi:app")
-GUNICORN_GTHREAD = ("gunicorn", "-c", "gunicorn/gthread.conf.py", "-b", "{app_host}:{app_port}",
-                    "app.wsgi:app")
-# Stage 8, today's stack: the worker and settings the measurements picked (lab 13).
-GUNICORN_TODAY = ("gunicorn", "-c", "gunicorn/today.conf.py", "-b", "{app_host}:{app_port}",
-                  "app.wsgi:app")
-# Stage 9: every HTTP route on granian (Rust, WSGI); its options, and why: granian/README.md.
-GRANIAN_TODAY = ("granian", "--interface", "wsgi", "--workers", "1",
-                 "--blocking-threads", "1", "--no-ws", "--respawn-failed-workers",
-                 "--host", "{app_host}", "--port", "{app_port}", "app.wsgi:app")
-GUNICORN_GEVENT = ("gunicorn", "-c", "gunicorn/gevent.conf.py", "-b", "{app_host}:{app_port}",
-                   "app.wsgi:app")
-# One worker: gunicorn hands each request to any of its workers, so a long-polling
-# Socket.IO session survives only where one process serves the host (Flask-SocketIO's
-# deployment docs); stickiness across hosts is then Nginx's job.
-# An accept queue of 16 (the failure twin 2b): sync workers leave connections waiting
-# there, and past 16 the kernel drops the SYN.
-GUNICORN_SYNC_BACKLOG = ("gunicorn", "-c", "gunicorn/sync-backlog-16.conf.py",
-                         "-b", "{app_host}:{app_port}", "app.wsgi:app")
-# A keep-alive of 1 s, shorter than Nginx's (the failure twin 5k: the keep-alive race).
-GUNICORN_EVENTLET_SHORT = ("gunicorn", "-c", "gunicorn/eventlet-short-keepalive.conf.py",
-                           "-b", "{app_host}:{app_port}", "app.wsgi:app")
-GUNICORN_EVENTLET_ONE = ("gunicorn", "-c", "gunicorn/eventlet-one-worker.conf.py",
-                         "-b", "{app_host}:{app_port}", "app.wsgi:app")
-
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
 KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
@@ -186,6 +148,8 @@ SETS = {s.name: s for s in (
     StageSet("failures", "lab 11", "failures from production, each beside its base stage"),
     StageSet("today", "labs 13, 15", "today's servers beside the book's eventlet: gthread, "
              "granian"),
+    StageSet("realtime", "lab 16", "stage 9's Socket.IO server on eventlet, threads and "
+             "asyncio beside gevent, for the capacity study"),
 )}
 EVERYTHING = "everything"  # every stage of every set
 
@@ -204,16 +168,17 @@ class Stage:
     see: str  # what the attendee should see, one sentence
     twin_of: str | None = None
     set_name: str = "main"  # its named set (SETS): the main line, or a set of twins
-    worker_connections: int = NGINX_WORKER_CONNECTIONS  # Nginx's, per worker process
+    nginx: NginxSize = NGINX_SIZE  # its Nginx's processes (nginx/nginx.conf), if a front
     env: dict = field(default_factory=dict)
     app_hosts: int = 1  # app servers, each on its own host, behind the stage's Nginx
     balance: str | None = None  # Nginx's upstream method (`ip_hash`); None: round robin
     socketio_transport: str = "websocket"  # the Socket.IO users': websocket or polling
     client_hosts: int = 1  # load hosts it needs at least (a run's --client-hosts may add)
     burst_every: float = 0.0  # the chat users' bursts (--chat-burst-every); 0: a steady load
-    environment: str = CURRENT  # the venv its servers start from (ENVIRONMENTS)
+    environment: str = CURRENT  # the venv `server` starts from (ENVIRONMENTS)
     # A server of its own for the Socket.IO path, on SOCKETIO_PORT of each app host, which
-    # the stage's Nginx file routes /socket.io/ to; None: `server` serves both.
+    # the stage's Nginx file routes /socket.io/ to; None: `server` serves both. Its
+    # environment follows from its worker class (server_environment).
     socketio_server: tuple[str, ...] | None = None
 
     def __post_init__(self):
@@ -232,6 +197,26 @@ class Stage:
         if self.socketio_server and not self.front:
             raise ValueError(f"stage {self.key}: a Socket.IO server of its own needs a proxy "
                              "in front to route /socket.io/ to it")
+
+    @property
+    def worker_connections(self) -> int:
+        """Nginx's connections per worker process (5w: 32)."""
+        return self.nginx.worker_connections
+
+    def server_environment(self, server: str = "http") -> str:
+        """The environment (ENVIRONMENTS) that server `server` (`commands`: `http`,
+        `socketio`) starts from: the stage's own for its app server; for a Socket.IO
+        server of its own, the one whose gunicorn has its worker class (9e's eventlet
+        from .venv-eventlet, beside granian from .venv)."""
+        if server == "socketio":
+            return command_environment(self.socketio_server)
+        return self.environment
+
+    @property
+    def environments(self) -> tuple[str, ...]:
+        """Every environment its servers start from, its app server's first."""
+        servers = ("http", "socketio") if self.socketio_server else ("http",)
+        return tuple(dict.fromkeys(self.server_environment(s) for s in servers))
 
     @property
     def failure(self) -> bool:
@@ -329,17 +314,17 @@ class Stage:
         return {"redis": redis_port, "front": app_port}
 
 
-POLLING = {"FLASK_SOCKETIO_TRANSPORTS": "polling,websocket"}  # the app accepts polling
-# Stage 7: the app's own hot costs removed, each a setting (app/fast_path.py says which).
-CODE_ITSELF = {"FLASK_FUSED_ROUND_TRIPS": "1", "FLASK_TOKEN_CACHE_SIZE": "4096",
-               "FLASK_JSON_PROVIDER": "orjson", "FLASK_COOKIE_SESSION": "0",
-               "FLASK_ENGINEIO_EVERY_PATH": "0"}
-TODAY = {**CODE_ITSELF, "FLASK_SOCKETIO_ASYNC_MODE": "gevent"}  # stage 8: stage 7's code
-
-THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (app/realtime.py)
-# Stage 9: stage 7's code on two servers, each its own Socket.IO mode (threading under
-# granian, gevent under gunicorn's gevent worker): "auto", the default, takes it.
-SPLIT = CODE_ITSELF
+# Stage 9; its twins in the realtime set are copies of it with another Socket.IO server.
+RUST_HTTP_SERVER = Stage(
+    key="9", slug="rust-http-server", title="the HTTP API on a Rust server",
+    server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool",
+    front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"),
+    users=ASYNC_USERS, env=SPLIT, set_name="today", nginx=WEBSOCKET_FRONT,
+    checks=(UPSTREAM_REUSED, UPSTREAM_SOCKETIO_REUSED, DELIVERED_OVER_HTTP, NO_FAILURES,
+            SOCKETIO_SERVED),
+    see="stage 8's code with every HTTP route on granian and Socket.IO on stage 8's gevent "
+        "worker, Nginx splitting by location: a message posted over HTTP still reaches the "
+        "room's websocket listeners, through Redis")
 STAGES: tuple[Stage, ...] = (
     Stage(key="0", slug="builtin", title="Flask's built-in server",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline",),
@@ -449,15 +434,23 @@ STAGES: tuple[Stage, ...] = (
           checks=(TOKEN_CPU_DOWN, UPSTREAM_REUSED, NO_FAILURES),
           see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
-    Stage(key="9", slug="rust-http-server", title="the HTTP API on a Rust server",
-          server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool",
-          front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"),
-          users=ASYNC_USERS, env=SPLIT, set_name="today",
-          checks=(UPSTREAM_REUSED, UPSTREAM_SOCKETIO_REUSED, DELIVERED_OVER_HTTP,
-                  NO_FAILURES, SOCKETIO_SERVED),
-          see="stage 8's code with every HTTP route on granian and Socket.IO on stage 8's "
-              "gevent worker, Nginx splitting by location: a message posted over HTTP "
-              "still reaches the room's websocket listeners, through Redis"),
+    RUST_HTTP_SERVER,
+    # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed
+    replace(RUST_HTTP_SERVER, key="9e", slug="socketio-eventlet", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on eventlet",
+            socketio_server=GUNICORN_EVENTLET_REALTIME,
+            see="the same as stage 9, its websockets held by gunicorn 25.3's eventlet "
+                "worker (green threads), from .venv-eventlet"),
+    replace(RUST_HTTP_SERVER, key="9t", slug="socketio-threads", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on threads",
+            socketio_server=GUNICORN_GTHREAD_REALTIME, env={**SPLIT, **THREADING},
+            see="the same as stage 9 on gunicorn's gthread worker, no green library: "
+                "each websocket holds a thread"),
+    replace(RUST_HTTP_SERVER, key="9a", slug="socketio-asyncio", twin_of="9",
+            set_name="realtime", title="stage 9, Socket.IO on asyncio (ASGI)",
+            socketio_server=GRANIAN_ASGI,
+            see="the same as stage 9, its websockets held by python-socketio's AsyncServer "
+                "on granian's ASGI interface: one event loop"),
     # the failures set (`--stages failures`, lab 11): each beside its base stage
     Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),
@@ -474,7 +467,8 @@ STAGES: tuple[Stage, ...] = (
           title="Nginx upstream keep-alive, 32 worker_connections",
           server=GUNICORN_EVENTLET, environment=EVENTLET,
           redis_mode="pool", front="conf.d/upstream-keepalive.conf",
-          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS, worker_connections=32,
+          sysctl=("tuned", "narrow-ports"), users=ASYNC_USERS,
+          nginx=NginxSize(worker_connections=32),
           checks=(NOT_ENOUGH, CUT_OFF),
           see="Nginx runs out of connections by its own configuration, with CPU to spare: "
               "it closes keep-alive connections, requests fail, TIME_WAIT is back",
@@ -494,6 +488,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(key="9k", slug="workers-killed", title="stage 9, a worker of each server killed",
           server=GRANIAN_TODAY, socketio_server=GUNICORN_TODAY, redis_mode="pool", env=SPLIT,
           front="conf.d/socketio-split.conf", sysctl=("tuned", "narrow-ports"), twin_of="9",
+          nginx=WEBSOCKET_FRONT,
           users=ASYNC_USERS, checks=RECOVERED, set_name="failures", see="each server replaces it"),
 )
 MAIN = tuple(s for s in STAGES if s.set_name == "main")  # `main`: what `make lab` runs
@@ -529,8 +524,8 @@ def in_set(name: str) -> set[str]:
 
 
 def select(spec: str) -> list[Stage]:
-    """Sets (`main`, `gevent`, `scale-out`, `failures`, `today`, `everything`) and keys or
-    slugs, comma/space separated, in registry order. A failure twin runs beside its
+    """Sets (`main`, `gevent`, `scale-out`, `failures`, `today`, `realtime`, `everything`)
+    and keys or slugs, comma/space separated, in registry order. A failure twin runs beside its
     base stage, under the same load: naming one without its base is an error."""
     parts = spec.replace(",", " ").split()
     names = f"{', '.join(SETS)}, {EVERYTHING}"

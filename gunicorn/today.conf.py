@@ -71,9 +71,19 @@ def _cpus(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup") -> int:
 # Flask-SocketIO then needs a message queue (the app's FLASK_SOCKETIO_MESSAGE_QUEUE)
 # and websocket-only clients or sticky sessions, or a long-polling client's next
 # request reaches a worker that does not hold its session (lab 13's migration).
-# Each worker holds at most worker_connections connections (gunicorn's default,
-# 1,000, kept here): raise it, with the file-descriptor limit, for more websockets.
 workers = _cpus()
+# The connections a worker holds at once, greenlets: past it the worker stops
+# accepting and the next connections wait in the kernel's accept queue (then
+# their SYNs are dropped), with no line in any log. gunicorn's default, 1,000,
+# is what a gevent worker was chosen to go past: stage 9 serves its websockets
+# here, and the capacity study (lab 16) takes this one worker to ~10,000 beside
+# the other Socket.IO servers, so it is raised past that. The worker's
+# file-descriptor limit (20,000 on the lab's box, one descriptor per
+# connection) then caps it first, and that one says so ("Too many open files"
+# in the log): raise `ulimit -n` with it on your own machine
+# (sysctl/limits.conf, lab 07). At the lab's own load (tens of connections)
+# nothing changes.
+worker_connections = 20000
 # As the other keep-alive stages (the book's `--keep-alive 10`), longer than
 # Nginx's 5 s, so that Nginx, not gunicorn, closes an idle upstream connection.
 keepalive = 10

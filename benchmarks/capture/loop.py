@@ -204,19 +204,23 @@ def command(out: str | os.PathLike, classes: Mapping[str, int | tuple[str, str, 
             duration: float | None = None, netns: str | None = None,
             python: str = sys.executable, backend: str | None = None,
             hosts: Mapping[str, str] | None = None,
-            cpu_sets: Mapping[str, tuple[str, Iterable[str]]] | None = None) -> list[str]:
+            cpu_sets: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+            begin_when: str | os.PathLike | None = None) -> list[str]:
     """The command line that runs the sampler; run it from the repo root.
 
     One namespace: `classes` name -> port, counted where it runs (in `netns`
     if given). Hosts: `hosts` name -> namespace and `classes` name ->
     (connecting host, listening host, port); run it in the root namespace.
     `cpu_sets`: name -> (CPUs as taskset writes them, the components running there).
+    `begin_when`: a file whose making starts the count (sampler.py --begin-when).
     """
     cmd = ["ip", "netns", "exec", netns] if netns else []
     cmd += [python, "-m", "benchmarks.capture.sampler", "--out", str(out),
             "--interval", f"{interval:g}"]
     if duration is not None:
         cmd += ["--duration", f"{duration:g}"]
+    if begin_when is not None:
+        cmd += ["--begin-when", str(begin_when)]
     if backend:
         cmd += ["--backend", backend]
     for name, ns in (hosts or {}).items():

@@ -114,12 +114,15 @@ import os
 import select
 import signal
 import sys
+import time
 
 from benchmarks.capture.cpu_sets import parse_cpu_sets
 from benchmarks.capture.kernel import BACKENDS
 from benchmarks.capture.loop import Sampler
 from benchmarks.capture.snapshot import snapshot
 from benchmarks.capture.tables import parse_classes, parse_host_classes, parse_hosts, parse_procs
+
+BEGIN_WAIT_S = 300.0  # --begin-when: the longest wait for the window to begin
 
 # --- command line -----------------------------------------------------------------
 
@@ -159,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the CSV to write")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between rows (1.0)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--begin-when", metavar="FILE",
+                   help="start counting (and --duration) once FILE exists, at most "
+                        f"{BEGIN_WAIT_S:g} s: the lab makes it as Locust's run starts, so "
+                        "the sampler's own start-up is over by then")
     p.add_argument("--host", dest="hosts", action="append", default=[], metavar="NAME=NETNS",
                    help="a host: a network namespace (`ip netns list`) whose own sockets are "
                         "counted (repeatable; needs root)")
@@ -178,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot", metavar="DIR",
                    help="write raw ss -tanp, ss -s, netstat -tan, sockstat into DIR and exit")
     return p
+
+
+def began(path: str, stop: _SignalStop) -> bool:
+    """Until `path` exists (True), or a signal or BEGIN_WAIT_S comes first (False)."""
+    deadline = time.monotonic() + BEGIN_WAIT_S
+    while not os.path.exists(path):
+        if stop.wait(0.01) or time.monotonic() > deadline:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop.set)
     signal.signal(signal.SIGINT, stop.set)
     try:
+        if args.begin_when and not began(args.begin_when, stop):
+            print(f"sampler: {args.begin_when} never came: no rows", file=sys.stderr)
+            return 0
         sampler.run(stop_event=stop, duration=args.duration)
     finally:
         stop.close()

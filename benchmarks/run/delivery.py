@@ -12,9 +12,11 @@ from each to the next. What it missed live it then fetches from the history
 (`joinRoom {after}`, as benchmarks/chat_socket.py does): the result
 counts both (`missed_live`, `caught_up`) and what is missing even so. With
 `--over-http` the sender opens no socket and posts each message over HTTP
-(`POST /rooms/<id>/messages`, stored once answered 201) instead: stage 9, where
-granian serves the HTTP API and gunicorn's gevent worker the websockets, on two
-ports of one app host.
+(`POST /rooms/<id>/messages`, stored once answered 201) instead, and the member
+too logs in and finds its room there, connecting only its socket to its URL:
+stage 9, where granian serves the HTTP API and gunicorn's gevent worker the
+websockets, on two ports of one app host (its twins: eventlet, threads, or an
+asyncio server that serves Socket.IO alone).
 
     python -m benchmarks.run.delivery http://198.18.0.30:8000 http://198.18.0.31:8000 \\
         --users-file results/up/06-scale-out/users.json [--messages 20] [--json F]
@@ -80,18 +82,21 @@ def pair(url: str, accounts: list[dict]) -> tuple[dict, dict]:
 
 
 class Member:
-    """A user connected to one app host, in the pair's room, noting what arrives."""
+    """A user connected to one app host, in the pair's room, noting what arrives. Its
+    HTTP requests go to `http_url` when given (a Socket.IO server of its own, such as
+    stage 9a's asyncio one, serves no HTTP API), its socket to `url`."""
 
-    def __init__(self, url: str, account: dict, friend_id: int):
+    def __init__(self, url: str, account: dict, friend_id: int, http_url: str | None = None):
         import requests
         import socketio
 
-        self.url = url
-        self.token, self.user = log_in(url, account)
-        r = requests.post(f"{url}/rooms/find-or-create", json={"friendId": friend_id},
+        self.url, self.http_url = url, http_url or url
+        self.token, self.user = log_in(self.http_url, account)
+        r = requests.post(f"{self.http_url}/rooms/find-or-create", json={"friendId": friend_id},
                           headers={"Authorization": f"Bearer {self.token}"}, timeout=TIMEOUT)
         if r.status_code != 200:
-            raise ProbeError(f"find-or-create at {url}: {r.status_code} {r.text[:200]}")
+            raise ProbeError(f"find-or-create at {self.http_url}: {r.status_code} "
+                             f"{r.text[:200]}")
         self.room = r.json()["roomId"]
         self.arrived: list[dict] = []
         self.changed = threading.Condition()
@@ -141,7 +146,8 @@ class Member:
         """A message posted over HTTP; its id once stored (201), None otherwise."""
         import requests
 
-        r = requests.post(f"{self.url}/rooms/{self.room}/messages", json={"content": content},
+        r = requests.post(f"{self.http_url}/rooms/{self.room}/messages",
+                          json={"content": content},
                           headers={"Authorization": f"Bearer {self.token}",
                                    "Idempotency-Key": uuid.uuid4().hex}, timeout=TIMEOUT)
         return r.json().get("id") if r.status_code == 201 else None
@@ -158,7 +164,9 @@ class Member:
 def probe(sender_url: str, member_url: str, accounts: list[dict], messages: int,
           over_http: bool = False) -> dict:
     a, b = pair(sender_url, accounts)
-    sender, member = Member(sender_url, a, b["id"]), Member(member_url, b, a["id"])
+    # over HTTP, the member's own HTTP requests (login, its room) go to the HTTP server too
+    member = Member(member_url, b, a["id"], http_url=sender_url if over_http else None)
+    sender = Member(sender_url, a, b["id"])
     try:
         pids = (None if over_http else sender.join()), member.join()
         tag = uuid.uuid4().hex[:8]

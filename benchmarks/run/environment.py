@@ -8,7 +8,6 @@ import functools
 import json
 import os
 import platform
-import runpy
 import shutil
 import subprocess
 from datetime import datetime
@@ -18,6 +17,7 @@ from pathlib import Path
 from benchmarks import stages
 from benchmarks.capture import cpu_sets
 from benchmarks.sandbox import hosts, nginx_conf, procs
+from benchmarks.servers import worker_class
 from benchmarks.stages import ROOT, Stage
 
 
@@ -102,29 +102,30 @@ def servers(stage: Stage) -> dict:
     """run.json's record of what served a stage, per app host: the environment, its
     Python, the server (gunicorn's, granian's or Werkzeug's version), the worker class and
     the library under it (eventlet, gevent; none for sync, gthread and granian); in a
-    stage with a Socket.IO server of its own (stage 9), that one's as `socketio`."""
-    found = environment_versions(stage.environment)
-    record = {"environment": stage.environment, "python": found.get("python"),
-              **server_record(stage.server, found)}
+    stage with a Socket.IO server of its own (stage 9 and its twins), that one's as
+    `socketio`, from its own environment (9e's from eventlet's)."""
+    record = server_record(stage, "http")
     if stage.socketio_server:
-        record["socketio"] = server_record(stage.socketio_server, found)
+        record["socketio"] = server_record(stage, "socketio")
     return {role: record for role in stage.app_roles}
 
 
-def server_record(command: tuple[str, ...], found: dict) -> dict:
-    """What one server command runs: `server`, `worker_class`, `worker_library`."""
+def server_record(stage: Stage, server: str) -> dict:
+    """What one of the stage's servers (`http`, `socketio`) runs: `environment`, `python`,
+    `server`, `worker_class`, `worker_library`."""
+    command = stage.commands()[server]
+    name = stage.server_environment(server)
+    found = environment_versions(name)
+    worker = worker_class(command)
+    record = {"environment": name, "python": found.get("python"), "worker_class": worker,
+              "worker_library": None}
     if command[0] == "gunicorn":
-        config = command[list(command).index("-c") + 1]
-        worker = runpy.run_path(str(ROOT / config)).get("worker_class", "sync")
         library = WORKER_LIBRARY.get(worker)
-        return {"server": f"gunicorn {found.get('gunicorn')}", "worker_class": worker,
+        return {**record, "server": f"gunicorn {found.get('gunicorn')}",
                 "worker_library": library and f"{library} {found.get(library)}"}
     if command[0] == "granian":
-        interface = command[list(command).index("--interface") + 1]
-        return {"server": f"granian {found.get('granian')}", "worker_class": interface,
-                "worker_library": None}
-    return {"server": f"flask run (werkzeug {found.get('werkzeug')})",
-            "worker_class": None, "worker_library": None}
+        return {**record, "server": f"granian {found.get('granian')}"}
+    return {**record, "server": f"flask run (werkzeug {found.get('werkzeug')})"}
 
 
 def git_commit() -> str | None:
@@ -140,7 +141,7 @@ def environment(used: tuple[Stage, ...] = ()) -> dict:
             "git_commit": git_commit(), "versions": versions(),
             "kernel": platform.release(), "cores": os.cpu_count(),
             "python": platform.python_version(),
-            "environments": environments({s.environment for s in used})}
+            "environments": environments({e for s in used for e in s.environments})}
 
 
 PREFLIGHT_S = 1.0  # seconds the box is watched at rest before the first stage

@@ -174,6 +174,7 @@ class Load:
 # master first waits for its workers to join, at most WORKERS_WAIT_S (Locust's option)
 RUN_START_WAIT_S = 120
 WORKERS_WAIT_S = 30
+WINDOW_BEGINS = "window-begins"  # made in the stage folder as Locust's run starts
 # nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
 NGINX_LOG_FLUSH_S = 1.2
 
@@ -225,7 +226,8 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
             user_classes, window: Callable[[], contextlib.AbstractContextManager] =
             contextlib.nullcontext) -> int | None:
     """The measured Locust run with the sampler beside it, and `window` (the other
-    recorders), both from the moment Locust's run starts. Returns where
+    recorders), both from the moment Locust's run starts (the sampler, whose own start-up
+    takes a second on a slow box, is started before and told then). Returns where
     `load.count_log` ended when Locust started (what the log gains is that run's)."""
     env = procs.child_env()
     cmd = locust_cli.locust_command(load.url, opts, opts.duration, user_classes,
@@ -238,18 +240,20 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     say(f"  measuring {opts.duration:g} s: {shown}")
     count_from = access_logs.log_size(load.count_log) if load.count_log else None
     locust = procs.start([*load.client, *cmd], log=stage_dir / "locust.log", env=env, cwd=ROOT)
-    workers, sampler_proc = {}, None
+    workers, sampler_proc, begin = {}, None, stage_dir / WINDOW_BEGINS
     try:
         workers = locust_cli.start_workers(load.workers, load.master_host, stage_dir,
                                            user_classes)
+        # the sampler starts up beside Locust and counts from the run's start (`begin`)
+        sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
+            stage_dir / results.SAMPLER_CSV, procs={**load.server_pids,
+                                                    **locust_cli.components(locust, workers)},
+            # stop just before Locust's users close their connections
+            duration=max(1.0, opts.duration - 0.5), begin_when=begin, **load.sampler)],
+            log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
         wait_for_run_start(locust, stage_dir / "locust.log", len(workers))
+        begin.touch()
         with window():
-            sampler_proc = procs.start([*load.sampler_prefix, *loop.command(
-                stage_dir / results.SAMPLER_CSV, procs={**load.server_pids,
-                                                        **locust_cli.components(locust, workers)},
-                # stop just before Locust's users close their connections
-                duration=max(1.0, opts.duration - 0.5), **load.sampler)],
-                log=stage_dir / "sampler.log", env=procs.child_env(), cwd=ROOT)
             follow(locust, load, stage_dir, opts)
             sampler_proc.wait(timeout=15)
     finally:
@@ -258,6 +262,7 @@ def measure(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
             for worker in workers.values():
                 procs.stop(worker)
             procs.stop(sampler_proc, sig=signal.SIGTERM)
+            begin.unlink(missing_ok=True)
     if not (stage_dir / results.LOCUST_JSON).exists():
         log = (stage_dir / "locust.log").read_text(errors="replace")
         if "Gave up waiting for workers to connect" in log:  # Locust's own words

@@ -55,7 +55,7 @@ class Stack:
         command = self.stage.commands()[server]
         timed = {} if command[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
-        return procs.child_env(procs.environment_bin(self.stage.environment),
+        return procs.child_env(procs.environment_bin(self.stage.server_environment(server)),
                                FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
                                FLASK_REDIS_MODE=self.stage.redis_mode,
                                FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
@@ -87,7 +87,8 @@ class Stack:
             servers = self.stage.commands(self.box.address(role), self.box.port(role),
                                           self.box.port("socketio"))
             for server, cmd in servers.items():  # and app_socketio (.log) beside its app
-                exe = procs.tool(cmd[0], procs.environment_bin(self.stage.environment))
+                exe = procs.tool(cmd[0], procs.environment_bin(
+                    self.stage.server_environment(server)))
                 self._start(socketio_name(role) if server == "socketio" else role, role,
                             [exe, *cmd[1:]], self.app_env(role, server),
                             self.box.port("socketio") if server == "socketio" else None)
@@ -103,7 +104,7 @@ class Stack:
                                      socketio=socketio,
                                      front=(self.box.address("proxy"), self.box.port("proxy")),
                                      balance=self.stage.balance,
-                                     worker_connections=self.stage.worker_connections)
+                                     size=self.stage.nginx)
             checked = nginx_conf.check(conf, self.box.prefix("proxy"))
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmarks.sandbox import procs
-from benchmarks.stages import NGINX_WORKER_CONNECTIONS, ROOT
+from benchmarks.stages import NGINX_SIZE, ROOT, NginxSize
 
 NGINX_HINT = ("Install it: `apt-get install nginx-light` (Debian/Ubuntu, as root), "
               "or run `make setup`.")
@@ -51,15 +51,15 @@ def fill(name: str, values: Mapping[str, str], app_servers: Sequence[str] = (),
 
 def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
            front: tuple[str, int], balance: str | None = None,
-           worker_connections: int = NGINX_WORKER_CONNECTIONS,
-           socketio: Sequence[tuple[str, int]] = ()) -> Path:
+           socketio: Sequence[tuple[str, int]] = (), size: NginxSize = NGINX_SIZE) -> Path:
     """Render the stage's nginx/<template> (`conf.d/proxy.conf`) to run_dir/<template>,
     and the main nginx/nginx.conf, which includes it, to run_dir/nginx.conf; return the
     main file's path. The app hosts' (address, port) become the upstream's servers, after
     the upstream's `balance` method if any (`ip_hash`; none: round robin); `front` is
-    Nginx's own (address, port) to listen on; `worker_connections` goes to the main
-    file's events block; `socketio`, the Socket.IO servers' (address, port), the
-    servers of a file's Socket.IO upstream (stage 9)."""
+    Nginx's own (address, port) to listen on; `socketio`, the Socket.IO servers'
+    (address, port), the servers of a file's Socket.IO upstream (stage 9); `size`,
+    Nginx's processes (the stage's `nginx`: how many, their connections and file
+    descriptors), goes to the main file."""
     if not apps:
         raise ValueError("an upstream needs at least one app server")
     if bool(socketio) != ("@SOCKETIO_SERVERS@" in (NGINX / template).read_text()):
@@ -72,7 +72,9 @@ def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
                       servers, [f"server {h}:{p};" for h, p in socketio])
     included = run_dir / template
     main_text = fill(MAIN, {"RUN_DIR": str(run_dir), "FRONT_CONF": str(included),
-                            "WORKER_CONNECTIONS": str(worker_connections)})
+                            "WORKER_PROCESSES": size.workers,
+                            "WORKER_RLIMIT_NOFILE": str(size.nofile),
+                            "WORKER_CONNECTIONS": str(size.worker_connections)})
     included.parent.mkdir(parents=True, exist_ok=True)
     included.write_text(stage_text)
     out = run_dir / MAIN

@@ -60,11 +60,11 @@ def missing_environments(chosen) -> list[str]:
     """One line per server environment these stages need that `make setup` has not
     finished (its marker .installed is written last), with the command that makes it."""
     lines = []
-    for name in dict.fromkeys(s.environment for s in chosen):
+    for name in dict.fromkeys(e for s in chosen for e in s.environments):
         env = stages.ENVIRONMENTS[name]
         if name == stages.CURRENT or (ROOT / env.venv / ".installed").exists():
             continue
-        keys = ", ".join(s.key for s in chosen if s.environment == name)
+        keys = ", ".join(s.key for s in chosen if name in s.environments)
         lines.append(f"stage(s) {keys} serve from the {name} environment ({env.venv}: "
                      f"{env.holds}), which is missing or unfinished. Make it: make setup "
                      f"(or: python3 -m venv {env.venv} && {env.venv}/bin/pip install -r "

@@ -50,9 +50,11 @@ SETTINGS = {
                                      worker_connections=1000, keepalive=10),
     # stage 8: what the measurements picked (lab 13): a worker per CPU it may run on
     # (its affinity, capped by its cgroup's quota: test_cpu_quota.py runs it in one)
+    # (and its worker_connections past the capacity study's ~10,000 websockets: stage 9's
+    # Socket.IO server, lab 16)
     "gunicorn/today.conf.py": dict(worker_class="gevent",
                                    workers=runpy.run_path(str(ROOT / "gunicorn/today.conf.py"))[
-                                       "_cpus"](), keepalive=10),
+                                       "_cpus"](), worker_connections=20000, keepalive=10),
     "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
                                                  keepalive=10),
     # the failure twin 2b: stage 2's settings and an accept queue of 16
@@ -61,6 +63,12 @@ SETTINGS = {
     # the failure twin 5k: stage 5's settings and a keep-alive shorter than Nginx's
     "gunicorn/eventlet-short-keepalive.conf.py": dict(worker_class="eventlet", workers=4,
                                                       keepalive=1),
+    # the realtime set (lab 16): stage 9's Socket.IO server on one worker of each model,
+    # no silent cap below the capacity study's ~10,000 websockets (threads: its top step)
+    "gunicorn/eventlet-realtime.conf.py": dict(worker_class="eventlet", workers=1,
+                                               worker_connections=20000, keepalive=10),
+    "gunicorn/gthread-realtime.conf.py": dict(worker_class="gthread", workers=1, threads=10500,
+                                              worker_connections=20000, keepalive=10),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 
@@ -135,15 +143,17 @@ def gunicorn_reads(argv: list[str], env: dict, names, environment: str) -> dict:
 
 
 def gunicorn_servers(stage: stages.Stage, calls: dict, box: Box):
-    """(name, argv, env, the port it binds, its access log) of each gunicorn Stack starts
-    on each app host: its app server, or its Socket.IO server (stage 9)."""
+    """(name, argv, env, the port it binds, its access log, its environment) of each
+    gunicorn Stack starts on each app host: its app server, or its Socket.IO server
+    (stage 9 and its twins)."""
     for role in stage.app_roles:
-        for name, port, log in (
-                (role, box.port(role), results.app_access_log(role)),
+        for name, port, log, server in (
+                (role, box.port(role), results.app_access_log(role), "http"),
                 (runner.socketio_name(role), box.port("socketio"),
-                 results.socketio_access_log(role))):
+                 results.socketio_access_log(role), "socketio")):
             if name in calls and Path(calls[name][1][0]).name == "gunicorn":
-                yield name, calls[name][1], calls[name][2], port, log
+                yield (name, calls[name][1], calls[name][2], port, log,
+                       stage.server_environment(server))
 
 
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.key)
@@ -160,17 +170,19 @@ def test_the_app_server_runs_the_stages_gunicorn_file(stage, tmp_path, monkeypat
             assert env["FLASK_ACCESS_LOG"] == str(tmp_path / results.app_access_log(role))
     served = list(gunicorn_servers(stage, calls, box))
     assert len(served) == (0 if stage.gunicorn_config is None else len(stage.app_roles))
-    for name, cmd, env, port, log in served:
+    for name, cmd, env, port, log, environment in served:
         assert [cmd[i + 1] for i, a in enumerate(cmd) if a in ("-c", "--config")] == [
             stage.gunicorn_config], f"stage {stage.key}: {cmd}"
         assert (ROOT / stage.gunicorn_config).is_file()
-        # the gunicorn of the stage's environment (its venv's), which reads the file
-        assert Path(cmd[0]).parent == procs.environment_bin(stage.environment), cmd
+        # the gunicorn of the server's environment (its venv's), which reads the file: 9e's
+        # Socket.IO server from eventlet's, beside its granian from the current one
+        assert Path(cmd[0]).parent == procs.environment_bin(environment), cmd
+        assert Path(env["PATH"].split(os.pathsep)[0]) == procs.environment_bin(environment)
         wanted = {**SETTINGS[stage.gunicorn_config], **TIMEOUTS}
-        cfg = gunicorn_reads(cmd[1:], env, wanted, stage.environment)
+        cfg = gunicorn_reads(cmd[1:], env, wanted, environment)
         assert {name: cfg[name] for name in wanted} == wanted, f"stage {stage.key}: {name}"
-        assert cfg["version"] == {stages.EVENTLET: "25.3.0"}.get(stage.environment, "27.0.1")
-        assert stage.environment == stages.worker_environment(cfg["worker_class"])
+        assert cfg["version"] == {stages.EVENTLET: "25.3.0"}.get(environment, "27.0.1")
+        assert environment == stages.worker_environment(cfg["worker_class"])
         assert cfg["bind"] == [f"127.0.0.1:{port}"]  # the host's, from -b
         # the lab's own addition, GUNICORN_CMD_ARGS, is read too: each server its own log
         assert cfg["accesslog"] == str(tmp_path / log)
@@ -216,6 +228,29 @@ def test_granian_reads_the_stages_settings_from_the_command_the_lab_starts(
                                                           "app.wsgi:app")
         assert cfg["version"] == "2.8.7"
         # every option the command gives is explained where the docs send a reader
+        explained = (ROOT / "granian" / "README.md").read_text()
+        for option in (a for a in cmd[1:] if a.startswith("--")):
+            assert f"`{option}" in explained, option
+
+
+# Stage 9a's Socket.IO server: python-socketio's AsyncServer (app/asgi.py) on granian's
+# ASGI interface, one worker; websockets on (granian's default, which stage 9's WSGI server
+# turns off), a killed worker replaced, a stopping one killed after 3 s
+GRANIAN_ASGI = dict(interface="asgi", workers=1, websockets=True, respawn_failed_workers=True,
+                    workers_kill_timeout=3)
+
+
+@pytest.mark.parametrize("stage", [s for s in stages.STAGES if s.socketio_server
+                                   and s.socketio_server[0] == "granian"], ids=lambda s: s.key)
+def test_granian_reads_the_asyncio_socketio_servers_settings(stage, tmp_path, monkeypatch):
+    box, calls = started(stage, tmp_path, monkeypatch)
+    for role in stage.app_roles:
+        _, cmd, _ = calls[runner.socketio_name(role)]
+        assert Path(cmd[0]).parent == procs.environment_bin(stage.server_environment("socketio"))
+        cfg = granian_reads(cmd[1:], stage.server_environment("socketio"))
+        assert {name: cfg[name] for name in GRANIAN_ASGI} == GRANIAN_ASGI, cfg
+        assert (cfg["host"], cfg["port"], cfg["app"]) == ("127.0.0.1", box.port("socketio"),
+                                                          "app.asgi:app")
         explained = (ROOT / "granian" / "README.md").read_text()
         for option in (a for a in cmd[1:] if a.startswith("--")):
             assert f"`{option}" in explained, option
@@ -281,6 +316,8 @@ def test_nginx_runs_the_main_file_which_includes_the_stages_conf_d_file(
     assert re.findall(r"^\s*include\s+(\S+);", main_text, re.M) == [str(included)]
     assert filled((ROOT / "nginx" / nginx_conf.MAIN).read_text(), main_text) == {
         "RUN_DIR": {str(rendered)}, "FRONT_CONF": {str(included)},
+        "WORKER_PROCESSES": {stage.nginx.workers},
+        "WORKER_RLIMIT_NOFILE": {str(stage.nginx.nofile)},
         "WORKER_CONNECTIONS": {str(stage.worker_connections)}}
 
     values = filled((ROOT / "nginx" / stage.front).read_text(), included.read_text())
@@ -329,13 +366,18 @@ def test_the_app_keeps_idle_connections_longer_than_nginx_but_in_the_race_twin(s
 def test_both_servers_keep_idle_connections_longer_than_nginx(stage, tmp_path, monkeypatch):
     """Stage 9: granian closes a connection that waited for its next request longer than
     its --http1-header-read-timeout (granian's own parser reads it: 30,000 ms), gunicorn
-    after its keepalive; Nginx drops each upstream's idle connections before either."""
+    after its keepalive; Nginx drops each upstream's idle connections before either (9a:
+    both are granian)."""
     _, calls = started(stage, tmp_path, monkeypatch)
     granian_ms = granian_reads(calls["app"][1][1:], stage.environment)[
         "http1_header_read_timeout"]
-    gunicorn_s = runpy.run_path(str(ROOT / stage.gunicorn_config))["keepalive"]
+    socketio = calls[runner.socketio_name("app")][1]
+    socketio_s = (runpy.run_path(str(ROOT / stage.gunicorn_config))["keepalive"]
+                  if Path(socketio[0]).name == "gunicorn" else
+                  granian_reads(socketio[1:], stage.environment)["http1_header_read_timeout"]
+                  / 1000)
     assert upstream_keepalive_timeout(stage.front, "app") < granian_ms / 1000
-    assert upstream_keepalive_timeout(stage.front, "socketio") < gunicorn_s
+    assert upstream_keepalive_timeout(stage.front, "socketio") < socketio_s
 
 
 # --- sysctl ----------------------------------------------------------------------

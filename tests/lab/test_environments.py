@@ -1,4 +1,4 @@
-"""The two server environments (benchmarks/stages.py ENVIRONMENTS, `make setup`): the
+"""The two server environments (benchmarks/servers.py ENVIRONMENTS, `make setup`): the
 current one on gunicorn 27 without eventlet, the eventlet one with only what the book's
 eventlet servers need; a stage whose environment is missing is refused before anything
 starts, with the command that makes it."""
@@ -50,9 +50,11 @@ def test_a_missing_environment_is_refused_before_anything_starts(monkeypatch):
     gone = dataclasses.replace(stages.ENVIRONMENTS[stages.EVENTLET], venv=".venv-not-made")
     monkeypatch.setitem(stages.ENVIRONMENTS, stages.EVENTLET, gone)
     with pytest.raises(options.OptionsError) as raised:
-        options.RunOptions(stages=tuple(stages.select("3,3g,5")))
+        options.RunOptions(stages=tuple(stages.select("3,3g,5,9,9e")))
     message = str(raised.value)
-    assert message.startswith("stage(s) 3, 5 serve from the eventlet environment (.venv-not-made")
+    # 9e: its Socket.IO server's (its HTTP server, granian, is the current one's)
+    assert message.startswith("stage(s) 3, 5, 9e serve from the eventlet environment "
+                              "(.venv-not-made")
     assert "make setup" in message and "requirements-eventlet.txt" in message
     # a stage of the current environment needs nothing more
     options.RunOptions(stages=(stages.get("3g"),))
@@ -79,6 +81,9 @@ def test_run_json_records_every_package_of_each_environment_a_run_used():
     that environment's own pip lists them."""
     record = environment.environment((stages.get("3g"),))["environments"]
     assert set(record) == {stages.CURRENT}
+    # 9e: granian from the current one, its Socket.IO server from eventlet's
+    assert set(environment.environment((stages.get("9e"),))["environments"]) == {
+        stages.CURRENT, stages.EVENTLET}
     record = environment.environment((stages.get("3g"), stages.get("3")))["environments"]
     assert set(record) == {stages.CURRENT, stages.EVENTLET}
     for name, found in record.items():
@@ -93,14 +98,29 @@ def test_run_json_records_every_package_of_each_environment_a_run_used():
 def test_run_json_names_both_servers_of_stage_9_with_their_versions():
     """run.json `servers` of stage 9: granian's version (as its environment's own Python
     reads it) for the HTTP API, and gunicorn's with gevent for Socket.IO; one server for
-    a stage without a Socket.IO server of its own."""
+    a stage without a Socket.IO server of its own. Its twins (the realtime set): each
+    Socket.IO server from its own environment, 9e's from eventlet's."""
     served = environment.servers(stages.get("9"))["app"]
     granian = subprocess.run([str(procs.environment_bin(stages.CURRENT) / "granian"),
                               "--version"], capture_output=True, text=True, timeout=60)
     assert served["server"] == f"granian {granian.stdout.split()[-1]}" == "granian 2.8.7"
-    assert served["socketio"] == {"server": "gunicorn 27.0.1", "worker_class": "gevent",
+    python = environment.environment_versions(stages.CURRENT)["python"]
+    assert served["socketio"] == {"environment": stages.CURRENT, "python": python,
+                                  "server": "gunicorn 27.0.1", "worker_class": "gevent",
                                   "worker_library": "gevent 26.9.0"}
     assert "socketio" not in environment.servers(stages.get("8"))["app"]
+    eventlet = environment.environment_versions(stages.EVENTLET)
+    wanted = {"9e": (stages.EVENTLET, "gunicorn 25.3.0", "eventlet",
+                     f"eventlet {eventlet['eventlet']}"),
+              "9t": (stages.CURRENT, "gunicorn 27.0.1", "gthread", None),
+              "9a": (stages.CURRENT, "granian 2.8.7", "asgi", None)}
+    for key, (env, server, worker, library) in wanted.items():
+        served = environment.servers(stages.get(key))["app"]
+        assert (served["environment"], served["server"], served["worker_class"]) == (
+            stages.CURRENT, "granian 2.8.7", "wsgi"), key
+        socketio = served["socketio"]
+        assert (socketio["environment"], socketio["server"], socketio["worker_class"],
+                socketio["worker_library"]) == (env, server, worker, library), key
 
 
 def test_run_json_names_the_system_and_the_browser_it_ran_on():

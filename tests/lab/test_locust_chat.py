@@ -180,7 +180,9 @@ def test_step_load_adds_users_step_by_step_and_stops_by_itself(eventlet_server, 
     assert counts == sorted(counts), (counts, why)  # only ever grows
     assert counts[-1] == 6 and len(set(counts) - {0}) >= 3, (counts, why)  # 2, 4, 6
     rows = stats(prefix)
-    assert int(rows[("POST", "/auth/register")]["Request Count"]) >= 12, why  # 6 users + friends
+    # each of the 6 users registered itself, and the first step's two, 7 s in, a friend
+    # each (the last step's, 3 s before the end, may still be on their way on a slow box)
+    assert int(rows[("POST", "/auth/register")]["Request Count"]) >= 6 + 2, why
     assert_no_failures(rows, why)
 
 

@@ -87,10 +87,12 @@ def test_the_pre_flight_names_a_busy_process_but_not_the_labs_own():
             ours = cpu_sets.at_rest(1.0, {"server": {SERVER_CPU}}, top=1000)
         finally:
             other.kill()
-    assert found["busy_pct"]["server"] >= 60, found
     # (another test may run something busier: the loop need not be the first)
     loop_row = next(p for p in found["busiest"] if p["pid"] == spin.pid)
     assert loop_row["cpu_pct"] >= 20 and "python" in loop_row["name"], found
+    # the CPU is at least as busy as the loop made it (not a fixed 60%: on a half-speed
+    # box the loop had 59% of it)
+    assert found["busy_pct"]["server"] >= loop_row["cpu_pct"] - 5, found
     assert spin.pid not in {p["pid"] for p in ours["busiest"]}, ours  # the test's own child
 
 
