@@ -14,6 +14,7 @@ from . import (
     auth,
     errors,
     fast_path,
+    gc_log,
     health,
     realtime,
     redis_store,
@@ -34,6 +35,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.config.from_mapping(test_config)
     settings.validate(app.config, app.logger)
     fast_path.init_json(app)
+    gc_log.init_app(app)
 
     access_log.init_app(app)  # first: its clock starts before the other hooks
     errors.init_app(app)

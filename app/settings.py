@@ -87,6 +87,9 @@ DEFAULTS = {
     # the timeout is gone, and its connection is closed (Engine.IO's defaults).
     "SOCKETIO_PING_INTERVAL": 25.0,
     "SOCKETIO_PING_TIMEOUT": 20.0,
+    # Log each garbage collection that pauses the process this many ms or more
+    # (app/gc_log.py); 0: none.
+    "GC_LOG_MS": 0.0,
     # Stage 7 ("the code itself", app/fast_path.py): each one of the profile's hot costs,
     # off by default so that every earlier stage keeps its behaviour.
     # The token check rides in each chat view's first (and mostly only) round trip to Redis.
@@ -159,6 +162,18 @@ def check_async_mode(value) -> None:
                           f"{', '.join(ASYNC_MODES)}, not {value!r}")
 
 
+def gc_log_ms(value) -> float:
+    """GC_LOG_MS: 0 (off) or the ms from which a collection is logged (app/gc_log.py)."""
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not number >= 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"GC_LOG_MS (FLASK_GC_LOG_MS) must be 0 (off) or a number of ms, "
+                          f"not {value!r}") from None
+    return number
+
+
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
@@ -207,6 +222,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
             raise ConfigError(f"{name} (FLASK_{name}) must be a limit like '10 per minute', "
                               f"not {config.get(name)!r}") from None
 
+    config["GC_LOG_MS"] = gc_log_ms(config.get("GC_LOG_MS"))
     for name, kind in [(n, int) for n in _INTS] + [(n, float) for n in _FLOATS]:
         value = config.get(name)
         try:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -11,6 +14,7 @@ import redis
 
 from app import create_app
 from app.settings import INSECURE_DEV_SECRET_KEY, ConfigError
+from benchmarks.stages import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +98,8 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"SOCKETIO_AUTH_TIMEOUT": 0}, "SOCKETIO_AUTH_TIMEOUT"),
     ({"SOCKETIO_PING_TIMEOUT": "soon"}, "SOCKETIO_PING_TIMEOUT"),
     ({"LOGIN_FAILURES_PER_ACCOUNT": "often"}, "LOGIN_FAILURES_PER_ACCOUNT"),
+    ({"GC_LOG_MS": -1}, "GC_LOG_MS"),
+    ({"GC_LOG_MS": "slow"}, "GC_LOG_MS"),
 ])
 def test_bad_settings_fail_at_start_up(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -129,3 +135,17 @@ def test_socketio_uses_the_redis_message_queue_by_default(redis_url, redis_clien
         listener.close()
         if manager.redis is not None:
             manager.redis.close()
+
+
+def test_a_slow_collection_is_logged_when_asked():
+    """FLASK_GC_LOG_MS: a collection at least that long is a line on stderr (a process of
+    its own: the callback stays for the process's life)."""
+    script = ("import gc; from app import create_app; create_app(); "
+              "junk = [[i] for i in range(200000)]; gc.collect()")
+    env = {**os.environ, "FLASK_SECRET_KEY": "k"}
+    said = {ms: subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               cwd=ROOT, timeout=60, env={**env, "FLASK_GC_LOG_MS": ms}).stderr
+            for ms in ("0.001", "0", "600000")}
+    assert re.search(r"^gc: generation 2 took \d+ ms, \d+ objects tracked$", said["0.001"],
+                     re.M), said["0.001"]
+    assert "gc:" not in said["0"] and "gc:" not in said["600000"], said

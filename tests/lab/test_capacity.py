@@ -20,7 +20,7 @@ from conftest import run_module
 from benchmarks import stages
 from benchmarks.run import runner
 from benchmarks.sandbox import hosts
-from benchmarks.studies.capacity import clients, fanout, report, verdict
+from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
 
 ROOT = stages.ROOT
 STEPS = (100, 300)
@@ -129,3 +129,19 @@ def test_the_listeners_share_counts_samples_under_the_queues_listener(tmp_path):
         'process 1:"gunicorn";_handle_event_internal (socketio/server.py) 6\n')
     assert fanout.listener_share(stacks) == 0.4
     assert fanout.listener_share(tmp_path / "missing") is None
+
+
+def test_collections_logged_during_a_step_are_its_pauses(tmp_path):
+    log = tmp_path / "app_socketio.log"
+    log.write_text("gc: generation 2 took 400 ms, 900000 objects tracked\n")
+    before = {log: log.stat().st_size}  # what the step's start saw
+    with open(log, "a") as f:
+        f.write("[INFO] Booting worker\ngc: generation 1 took 25 ms, 1000 objects tracked\n"
+                "gc: generation 2 took 712 ms, 1369468 objects tracked\n")
+    assert servers.gc_pauses(before) == [(25, 1000), (712, 1369468)]
+    row = {**_row(), **verdict.pauses_row(servers.gc_pauses(before)), "log_signs": {},
+           "load_cpu_percent_max": 8.0, "load_lag_max_ms": 9.0}
+    assert (row["gc_pauses"], row["gc_pause_max_ms"]) == (2, 712)
+    assert verdict.limit(row, 250).startswith(
+        "garbage collection (a full collection paused the real-time server 712 ms, "
+        "1,369,468 objects")

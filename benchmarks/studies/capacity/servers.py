@@ -18,7 +18,9 @@ message takes an id from).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 import redis
@@ -151,15 +153,41 @@ def log_signs(stack: Stack) -> dict[str, int]:
     return found
 
 
+# app/gc_log.py's line: a collection that paused the real-time server (FLASK_GC_LOG_MS)
+GC_LINE = re.compile(r"^gc: generation (\d) took (\d+) ms, (\d+) objects tracked$", re.M)
+
+
+def realtime_logs(stack: Stack) -> list[Path]:
+    name = socketio_name if stack.stage.socketio_server else (lambda role: role)
+    return [stack.dir / f"{name(r)}.log" for r in stack.stage.app_roles]
+
+
+def log_sizes(stack: Stack) -> dict[Path, int]:
+    return {log: log.stat().st_size if log.exists() else 0 for log in realtime_logs(stack)}
+
+
+def gc_pauses(before: dict[Path, int]) -> list[tuple[int, int]]:
+    """(ms, objects tracked) of each collection the real-time server logged since the
+    sizes `before`."""
+    found = []
+    for log, size in before.items():
+        with open(log, "rb") as f:
+            f.seek(size)
+            text = f.read().decode(errors="replace")
+        found += [(int(m[2]), int(m[3])) for m in GC_LINE.finditer(text)]
+    return found
+
+
 @dataclass
 class Reading:
     roles: dict[str, Role] = field(default_factory=dict)
     held: int = 0
     stored: int = 0
+    logs: dict[Path, int] = field(default_factory=dict)  # the real-time logs' sizes
 
 
 def read(stack: Stack, memory: bool = False) -> Reading:
-    reading = Reading(stored=stored_messages(stack))
+    reading = Reading(stored=stored_messages(stack), logs=log_sizes(stack))
     for name, roots in roles(stack).items():
         procs = tree(roots)
         reading.roles[name] = read_role(procs, memory)

@@ -121,14 +121,17 @@ def line(row: dict) -> str:
 
 
 NARROW = "narrow-ports"
+GC_LOG_MS = "20"  # the real-time server logs each collection this long (app/gc_log.py)
 
 
 def measured_stage(stage, processes: int):
-    """The stage as the study runs it: its real-time server on `processes` processes, and
+    """The stage as the study runs it: its real-time server on `processes` processes;
     without the narrowed port range (lab 06's 1,000 ports, there to show TIME_WAIT):
     Nginx takes a local port for each websocket it opens to the real-time server, so
-    that range would cap the users at 1,000 whatever the server."""
-    wide = dataclasses.replace(stage, sysctl=tuple(p for p in stage.sysctl if p != NARROW))
+    that range would cap the users at 1,000 whatever the server; and its collections
+    of 20 ms or more logged (app/gc_log.py), which the study reads."""
+    wide = dataclasses.replace(stage, sysctl=tuple(p for p in stage.sysctl if p != NARROW),
+                               env={**stage.env, "FLASK_GC_LOG_MS": GC_LOG_MS})
     return fanout.with_processes(wide, processes)
 
 

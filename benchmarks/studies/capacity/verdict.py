@@ -10,7 +10,8 @@ What limited it is read from the failing step's own figures, the first that appl
 the load side (a load process's CPU over 90% of a core, or its event loop late, even
 once, by more than a tenth of the objective: its latencies are its own then); a limit a
 server's log names (Nginx's "worker_connections are not enough", "Too many open
-files": servers.SIGNS); the server's
+files": servers.SIGNS); garbage collection (a collection of the real-time server's
+that paused it for half the objective or more, app/gc_log.py's lines); the server's
 CPU (the server roles together over 90% of their CPU set's time); descriptors (the
 real-time server within 5% of its `nofile`); memory (the box's available memory under
 10%); a cap on connections (connects failed or timed out with CPU to spare: a pool of
@@ -26,7 +27,7 @@ import psutil
 from hdrh.histogram import HdrHistogram
 
 from benchmarks import latency_log
-from benchmarks.studies.capacity.servers import Reading
+from benchmarks.studies.capacity.servers import Reading, gc_pauses
 
 LOAD_CPU_MAX = 90.0  # % of a core a load process may use before it is the limit
 SERVER_CPU_MAX = 90.0  # % of the server CPU set's time
@@ -97,12 +98,21 @@ def step_row(step: int, users: int, connected: list[dict], held: list[dict], res
            "load_rss_mib": round(sum(e["rss_kib"] for e in held) / 1024, 1),
            "load_lag_p99_ms": max(ms(merged([e], "lag"), 99) or 0 for e in held),
            "load_lag_max_ms": max(ms(merged([e], "lag"), None) or 0 for e in held),
-           "load_processes": len(held), "seconds": round(wall, 2), "log_signs": signs}
+           "load_processes": len(held), "seconds": round(wall, 2), "log_signs": signs,
+           **pauses_row(gc_pauses(before.logs))}
     row.update(roles_row(rest, before, after, wall, count["received"], row["connected"],
                          server_cpus))
     row["broke"] = broke(row, objective_ms)
     row["limit"] = limit(row, objective_ms) if row["broke"] else None
     return row
+
+
+def pauses_row(pauses: list[tuple[int, int]]) -> dict:
+    """The real-time server's collections of the step (app/gc_log.py): how many, the
+    longest, and the objects tracked then."""
+    longest = max(pauses, default=(0, 0))
+    return {"gc_pauses": len(pauses), "gc_pause_max_ms": longest[0],
+            "gc_objects": longest[1] or None}
 
 
 def broke(row: dict, objective_ms: float) -> list[str]:
@@ -136,6 +146,9 @@ def limit(row: dict, objective_ms: float) -> str:
     if row["log_signs"]:
         return "; ".join(f"{limit} (the logs say so {n} times)"
                          for limit, n in row["log_signs"].items())
+    if row["gc_pause_max_ms"] >= objective_ms / 2:
+        return (f"garbage collection (a full collection paused the real-time server "
+                f"{row['gc_pause_max_ms']} ms, {row['gc_objects']:,} objects tracked)")
     if row["server_cpu_percent_of_set"] > SERVER_CPU_MAX:
         return f"the server's CPU ({row['server_cpu_percent_of_set']}% of its CPU set)"
     if row["realtime_nofile"] and row["realtime_fds"] >= NOFILE_MARGIN * row["realtime_nofile"]:
