@@ -8,7 +8,7 @@ before it is what the stage "holds".
 
 What limited it is read from the failing step's own figures, the first that applies:
 the load side (a load process's CPU over 90% of a core, or its event loop late, even
-once, by more than a tenth of the objective: its latencies are its own then); a limit a
+once, by half the objective: such a pause alone breaks the objective); a limit a
 server's log names (Nginx's "worker_connections are not enough", "Too many open
 files": servers.SIGNS); garbage collection (a collection of the real-time server's
 that paused it for half the objective or more, app/gc_log.py's lines); the server's
@@ -140,7 +140,7 @@ def broke(row: dict, objective_ms: float) -> list[str]:
 
 def limit(row: dict, objective_ms: float) -> str:
     """The limiting factor a failing step's figures show (module docstring)."""
-    if row["load_cpu_percent_max"] > LOAD_CPU_MAX or row["load_lag_max_ms"] > objective_ms / 10:
+    if row["load_cpu_percent_max"] > LOAD_CPU_MAX or row["load_lag_max_ms"] >= objective_ms / 2:
         return (f"the load side (a load process at {row['load_cpu_percent_max']}% of a core, "
                 f"its loop late by up to {row['load_lag_max_ms']} ms)")
     if row["log_signs"]:
