@@ -129,3 +129,23 @@ def test_lab_15s_verdicts_say_what_the_interval_allows():
     cpu = [b / a for a, b in zip(each["8"][1], each["9"][1], strict=True)]
     assert f"8 -> 9: {stats.verdict(stats.step(rps))}" in text
     assert stats.verdict(stats.step(cpu)) in text
+
+
+CAPACITY = ROOT / "notebooks" / "capacity-run"
+LAB_16 = ROOT / "exercises" / "16-how-many-users.md"
+
+
+@pytest.mark.parametrize("part, quoted", [
+    ("main", ("| 9", "- **9", "- 9")), ("deflate", ("| 9", "- **9", "- 9")),
+    ("fanout", ("| 9",)),  # its stage lines: the lab words their limits from the main run's
+])
+def test_lab_16s_tables_are_the_capacity_captures_own(part, quoted):
+    """Lab 16 quotes each capture's tables whole (notebooks/capacity-run/PART/report.md,
+    written by the study): every table row (and stage line) of the report is in the lab,
+    as the study wrote it, and there is a table row for every step the capture ran."""
+    report = (CAPACITY / part / "report.md").read_text().splitlines()
+    rows = [line for line in report if line.startswith(quoted)]
+    lab = LAB_16.read_text().splitlines()
+    assert rows and all(line in lab for line in rows), set(rows) - set(lab)
+    said = json.loads((CAPACITY / part / "capacity.json").read_text())
+    assert len([line for line in rows if line.startswith("| 9")]) >= len(said["rows"])
