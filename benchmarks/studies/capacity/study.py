@@ -1,6 +1,6 @@
 """How many chat users one box holds: connected users raised in steps until an objective breaks.
 
-    python -m benchmarks.studies.capacity [--stages 9,9e,9t,9a] [--users 1000,2000,4000]
+    python -m benchmarks.studies.capacity [--stages 9,9e,9t,9a] [--users 1000,2000,4000,7000,10000]
         [--room-size 10] [--send-every 60] [--seconds 30] [--objective-ms 250]
         [--repeats 1] [--load-processes 1] [--client-hosts 1]
 
@@ -221,20 +221,14 @@ def run(args) -> int:
     return 0
 
 
-def counts(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: whole numbers, comma-separated") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.capacity",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", default=DEFAULT_STAGES,
                    help=f"stage keys, comma-separated (default {DEFAULT_STAGES})")
-    p.add_argument("--users", type=counts, default=[1000, 2000, 4000, 8000],
-                   help="connected users at each step, rising (default 1000,2000,4000,8000)")
+    p.add_argument("--users", type=cli.int_list(2, "--users"), default=[1000, 2000, 4000, 7000, 10000],
+                   help="connected users at each step, rising (default 1000,2000,4000,7000,"
+                        "10000)")
     p.add_argument("--room-size", type=int, default=10, help="members a room (default 10)")
     p.add_argument("--send-every", type=float, default=60.0,
                    help="seconds between a user's messages (default 60)")
@@ -250,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load processes (client.py), spread over the load hosts")
     p.add_argument("--client-hosts", type=int, default=1, choices=(1, 2),
                    help="load hosts (default 1)")
-    p.add_argument("--processes", type=counts, default=[1],
+    p.add_argument("--processes", type=cli.int_list(1, "--processes"), default=[1],
                    help="the fan-out: each stage with its real-time server on each of these "
                         "process counts (1,2,3); default 1")
     p.add_argument("--deflate", action="store_true",
