@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", default=DEFAULT_STAGES,
                    help=f"stage keys, comma-separated (default {DEFAULT_STAGES})")
-    p.add_argument("--users", type=cli.int_list(2, "--users"), default=[1000, 2000, 4000, 7000, 10000],
+    p.add_argument("--users", type=cli.int_list(2, "--users"),
+                   default=[1000, 2000, 4000, 7000, 10000],
                    help="connected users at each step, rising (default 1000,2000,4000,7000,"
                         "10000)")
     p.add_argument("--room-size", type=int, default=10, help="members a room (default 10)")
