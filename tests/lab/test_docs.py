@@ -86,7 +86,8 @@ RULES = [
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
-    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission|slow_call)\b", PARSE,
+    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission|slow_call|capacity)\b",
+         PARSE,
          "minutes of load on root network namespaces"),
     Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
          "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
@@ -589,7 +590,10 @@ def module_problem(name: str, argv: list[str]) -> str:
         done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *argv], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         return "" if done.returncode == 0 and done.stdout else done.stderr[-500:] or "no help"
-    module = importlib.import_module(f"benchmarks.{name}")
+    # a package's command is its __main__, which runs only as a program
+    command = f"benchmarks.{name}.__main__" if spec.submodule_search_locations else \
+        f"benchmarks.{name}"
+    module = importlib.import_module(command)
     if not hasattr(module, "build_parser"):
         return f"{path} has no build_parser() to check its arguments with"
     args = parsed(module.build_parser(), argv)
