@@ -86,8 +86,8 @@ RULES = [
     Rule(r"python -m benchmarks\.lab ", PARSE,
          "up, run, book and exec need root namespaces, a stage and load; clean deletes "
          "namespaces and processes of dead labs and restores host sysctls"),
-    Rule(r"python -m benchmarks\.studies\.(fd_limit|sweep|crosscheck|omission|slow_call|capacity)\b",
-         PARSE,
+    Rule(r"python -m benchmarks\.studies\."
+         r"(fd_limit|sweep|crosscheck|omission|slow_call|capacity)\b", PARSE,
          "minutes of load on root network namespaces"),
     Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
          "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
