@@ -1,10 +1,14 @@
 """benchmarks/studies/capacity: the study at a small size, its counts held to the servers'.
 
 The stage test runs `python -m benchmarks.studies.capacity` on a real stage (9t) in network
-namespaces (root only): two steps of a few hundred users, every one a real websocket to
+namespaces (root only): two steps (60 and 150 users), every one a real websocket to
 the stage's Nginx, and holds what the load saw to what the servers counted (websockets
-held, messages stored). The objective is made loose there (5 s): the test is about the
-counts, which hold on a box of any speed; the objective's rule is tested on rows.
+held, messages stored). A message a user every 5 s: at most 300 deliveries a second,
+what 9t served at 2,000 users in lab 16's run with 16% of its core
+(notebooks/capacity-run/main/: 321.9 a second); under the rest of the suite 300 users
+sending every second outran it (283 of 898 acked in the grace).
+The objective is made loose (5 s): the test is about the counts, which hold on a box of
+any speed; the objective's rule is tested on rows.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from benchmarks.sandbox import hosts
 from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
 
 ROOT = stages.ROOT
-STEPS = (100, 300)
+STEPS = (60, 150)
 ROOM = 10
 
 
@@ -77,8 +81,8 @@ def test_two_steps_on_stage_9t_hold_the_loads_counts_to_the_servers(tmp_path):
     a thread at least for each websocket its server holds."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.studies.capacity", "--stages", "9t",
-         "--users", ",".join(map(str, STEPS)), "--room-size", str(ROOM), "--send-every", "1",
-         "--seconds", "3", "--grace", "3", "--objective-ms", "5000", "--load-processes", "2",
+         "--users", ",".join(map(str, STEPS)), "--room-size", str(ROOM), "--send-every", "5",
+         "--seconds", "3", "--grace", "5", "--objective-ms", "5000", "--load-processes", "2",
          "--results", str(tmp_path)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT)
     out = proc.communicate(timeout=300)[0]
