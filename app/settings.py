@@ -174,6 +174,21 @@ def gc_log_ms(value) -> float:
     return number
 
 
+def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
+    """SECRET_KEY as a string; the labelled insecure one in DEV_MODE when none is set."""
+    if secret is None or secret == "":
+        if not dev_mode:
+            raise ConfigError(
+                "SECRET_KEY is not set. Set FLASK_SECRET_KEY to a long random string, e.g. "
+                "FLASK_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))'), "
+                "or set FLASK_DEV_MODE=1 to run with an insecure development key.")
+        logger.warning("DEV_MODE: using the fixed INSECURE development SECRET_KEY; "
+                       "tokens can be forged by anyone. Set FLASK_SECRET_KEY outside a lab.")
+        return INSECURE_DEV_SECRET_KEY
+    # FLASK_SECRET_KEY=12345 is parsed as JSON (an int): keep it a string.
+    return str(secret)
+
+
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
@@ -187,20 +202,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
         raise ConfigError(f"TOKEN_CACHE_SIZE (FLASK_TOKEN_CACHE_SIZE) must be a whole number "
                           f">= 0, not {size!r}")
 
-    secret = config.get("SECRET_KEY")
-    if secret is None or secret == "":
-        if not config["DEV_MODE"]:
-            raise ConfigError(
-                "SECRET_KEY is not set. Set FLASK_SECRET_KEY to a long random string, e.g. "
-                "FLASK_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))'), "
-                "or set FLASK_DEV_MODE=1 to run with an insecure development key.")
-        config["SECRET_KEY"] = INSECURE_DEV_SECRET_KEY
-        logger.warning("DEV_MODE: using the fixed INSECURE development SECRET_KEY; "
-                       "tokens can be forged by anyone. Set FLASK_SECRET_KEY outside a lab.")
-    else:
-        # FLASK_SECRET_KEY=12345 is parsed as JSON (an int): keep it a string.
-        config["SECRET_KEY"] = str(secret)
-
+    config["SECRET_KEY"] = secret_key(config.get("SECRET_KEY"), config["DEV_MODE"], logger)
     mode = config.get("REDIS_MODE")
     if mode not in REDIS_MODES:
         raise ConfigError(f"REDIS_MODE must be one of {', '.join(REDIS_MODES)} "
