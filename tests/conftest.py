@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from app import create_app, redis_store, settings
+from benchmarks import servers
 from benchmarks.sandbox import hosts, nginx_conf, procs
 from benchmarks.stages import ROOT
 
@@ -353,8 +354,12 @@ def quit_gunicorn(master: subprocess.Popen, timeout: float = 30) -> list[int]:
 # interface, as for stage 9's HTTP side (granian/README.md), with `--workers` added.
 # A worker still holding a long-poll when told to stop is killed after 3 s (granian
 # otherwise waits for it).
-ASGI_COMMAND = ("--interface", "asgi", "--respawn-failed-workers", "--workers-kill-timeout",
-                "3", "app.asgi:app")
+def asgi_command(port: int, workers: int) -> list[str]:
+    """Stage 9a's Socket.IO server command (servers.GRANIAN_ASGI) on 127.0.0.1:`port` with
+    `workers` workers."""
+    cmd = [part.format(app_host="127.0.0.1", app_port=port) for part in servers.GRANIAN_ASGI]
+    cmd[cmd.index("--workers") + 1] = str(workers)
+    return [procs.tool(cmd[0]), *cmd[1:]]
 
 
 @contextmanager
@@ -365,9 +370,8 @@ def asgi_process(redis_url: str, workdir, workers: int = 1, env: dict | None = N
     port = procs.free_port()
     env = {**os.environ, "FLASK_REDIS_URL": redis_url, "FLASK_SECRET_KEY": "test",
            "FLASK_REDIS_MODE": "pool", **(env or {})}
-    proc = procs.start([procs.tool("granian"), *ASGI_COMMAND, "--workers", str(workers),
-                        "--host", "127.0.0.1", "--port", str(port)],
-                       log=workdir / "granian.log", env=env, cwd=ROOT)
+    proc = procs.start(asgi_command(port, workers), log=workdir / "granian.log", env=env,
+                       cwd=ROOT)
     try:
         procs.wait_until_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout=120)
         yield f"http://127.0.0.1:{port}", proc

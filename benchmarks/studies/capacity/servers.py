@@ -32,11 +32,16 @@ from benchmarks.run.stack import Stack, socketio_name
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+def realtime_name(stack: Stack, role: str) -> str:
+    """The process name (and log) of app host `role`'s real-time server: its Socket.IO
+    server, or the app server where that serves Socket.IO too."""
+    return socketio_name(role) if stack.stage.socketio_server else role
+
+
 def roles(stack: Stack) -> dict[str, list[int]]:
     """The roles the study reads, each its processes' roots (an app host each)."""
-    stage = stack.stage
-    name = socketio_name if stage.socketio_server else (lambda role: role)
-    found = {"realtime": [stack.procs[name(r)].pid for r in stage.app_roles],
+    found = {"realtime": [stack.procs[realtime_name(stack, r)].pid
+                          for r in stack.stage.app_roles],
              "redis": [stack.procs["redis"].pid]}
     if "nginx" in stack.procs:
         found["nginx"] = [stack.procs["nginx"].pid]
@@ -158,8 +163,7 @@ GC_LINE = re.compile(r"^gc: generation (\d) took (\d+) ms, (\d+) objects tracked
 
 
 def realtime_logs(stack: Stack) -> list[Path]:
-    name = socketio_name if stack.stage.socketio_server else (lambda role: role)
-    return [stack.dir / f"{name(r)}.log" for r in stack.stage.app_roles]
+    return [stack.dir / f"{realtime_name(stack, r)}.log" for r in stack.stage.app_roles]
 
 
 def log_sizes(stack: Stack) -> dict[Path, int]:
