@@ -1,0 +1,78 @@
+"""A variant's figures from its requests and restarts, and the study's report.md."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+from hdrh.histogram import HdrHistogram
+
+from benchmarks.studies.recycling.load import Outcome
+
+NEAR_S = 1.0  # a second "has a restart" when a worker left within this of it
+
+
+def tail(latencies_ms: list[float]) -> dict:
+    """p50, p99, p99.9 and max in ms (HdrHistogram, 3 significant digits)."""
+    h = HdrHistogram(1, 60_000_000, 3)  # µs
+    for ms in latencies_ms:
+        h.record_value(max(1, round(ms * 1000)))
+    if not latencies_ms:
+        return {"p50_ms": None, "p99_ms": None, "p999_ms": None, "max_ms": None}
+    return {"p50_ms": h.get_value_at_percentile(50) / 1000,
+            "p99_ms": h.get_value_at_percentile(99) / 1000,
+            "p999_ms": h.get_value_at_percentile(99.9) / 1000,
+            "max_ms": round(max(latencies_ms), 1)}
+
+
+def down_at_once(restarts: list[dict]) -> int:
+    """The most workers gone at one moment (exit to the next fork)."""
+    edges = sorted([(r["exit_s"], 1) for r in restarts]
+                   + [(r["fork_s"], -1) for r in restarts if r["fork_s"] >= 0])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def summarize(outcomes: list[Outcome], restarts: list[dict]) -> dict:
+    """The run's tail, errors by kind, and each second's worst: with a restart near it, or not."""
+    kinds = collections.Counter(o.kind for o in outcomes)
+    answered = [o.latency_ms for o in outcomes if o.kind in ("ok", "4xx", "5xx")]
+    worst = collections.defaultdict(float)
+    for o in outcomes:
+        worst[math.floor(o.intended)] = max(worst[math.floor(o.intended)], o.latency_ms)
+    near = {s for r in restarts for s in worst if abs(s + 0.5 - r["exit_s"]) <= 0.5 + NEAR_S}
+    return {"requests": len(outcomes), "outcomes": dict(kinds), "restarts": len(restarts),
+            "down_at_once": down_at_once(restarts), **tail(answered),
+            "worst_second_near_restart_ms": round(max((worst[s] for s in near), default=0), 1),
+            "worst_second_elsewhere_ms": round(max((v for s, v in worst.items()
+                                                    if s not in near), default=0), 1)}
+
+
+def cell(value) -> str:
+    return "-" if value is None else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+
+
+def tail_table(rows: list[dict]) -> str:
+    head = ("| variant | repeat | restarts | most down at once | p99 ms | p99.9 ms | max ms | "
+            "worst second near a restart, ms | elsewhere, ms | failed (kind) |")
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for r in rows:
+        failed = ", ".join(f"{n} {k}" for k, n in r["outcomes"].items() if k != "ok") or "0"
+        lines.append(f"| {r['variant']} | {r['repeat']} | {r['restarts']} | "
+                     f"{r['down_at_once']} | {cell(r['p99_ms'])} | {cell(r['p999_ms'])} | "
+                     f"{cell(r['max_ms'])} | {cell(r['worst_second_near_restart_ms'])} | "
+                     f"{cell(r['worst_second_elsewhere_ms'])} | {failed} |")
+    return "\n".join(lines)
+
+
+def metrics_table(rows: list[dict]) -> str:
+    lines = ["| child_exit | restarts | files | KiB | scrape ms (median) | scrape ms (max) | "
+             "requests scraped / answered |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['restarts']} | {r['files']} | "
+                     f"{r['bytes'] / 1024:,.0f} | {r['scrape_ms_median']:,.2f} | "
+                     f"{r['scrape_ms_max']:,.2f} | {r['counted']:,.0f} / {r['answered']:,} |")
+    return "\n".join(lines)

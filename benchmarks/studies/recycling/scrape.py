@@ -1,0 +1,48 @@
+"""The metrics part: the multiprocess folder's files, a scrape's time, and the request
+count it gives, held to what the load was answered."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import statistics
+import time
+from pathlib import Path
+
+SCRAPES = 20  # timed one after another; the median is the figure, the max beside it
+# the load's route only: sign-in, health checks and the scrapes themselves are counted too
+COUNTER = re.compile(r'^chat_http_requests_total\{([^}]*)\} ([0-9.e+]+)$', re.M)
+LOAD_ROUTE = 'route="/users/me"'
+
+
+def scrape(port: int) -> tuple[float, str]:
+    """(ms, body) of one GET /metrics on a connection of its own, as Prometheus's."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        started = time.perf_counter()
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        body = response.read().decode()
+        ms = 1000 * (time.perf_counter() - started)
+    finally:
+        conn.close()
+    if response.status != 200:
+        raise RuntimeError(f"/metrics answered {response.status}: {body[:200]}")
+    return ms, body
+
+
+def counted(body: str) -> float:
+    """The load's requests the scrape counts (each series of its route)."""
+    return sum(float(v) for labels, v in COUNTER.findall(body) if LOAD_ROUTE in labels)
+
+
+def measure(port: int, folder: Path) -> dict:
+    """Files in the folder, then SCRAPES scrapes: median and max ms, the count seen last."""
+    files = sorted(p.name for p in folder.glob("*.db"))
+    times, body = [], ""
+    for _ in range(SCRAPES):
+        ms, body = scrape(port)
+        times.append(ms)
+    return {"files": len(files), "bytes": sum((folder / f).stat().st_size for f in files),
+            "scrape_ms_median": round(statistics.median(times), 2),
+            "scrape_ms_max": round(max(times), 2), "counted": counted(body)}
