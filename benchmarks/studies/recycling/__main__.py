@@ -40,26 +40,28 @@ def variants(args) -> list[Variant]:
     return tail + hooks
 
 
-def app_env(variant: Variant, redis_port: int, workdir: Path) -> dict:
+def app_env(variant: Variant, redis_port: int, scratch: Path) -> dict:
     """Stage 8's settings (its gevent Socket.IO mode too), this Redis; with metrics, a
-    fresh multiprocess folder, as prometheus_client asks (empty before the server starts)."""
+    fresh multiprocess folder in `scratch`, as prometheus_client asks (empty before the
+    server starts)."""
     env = {**floor.app_env(redis_port), **stages.get(floor.STAGE).env}
     if variant.metrics:
-        folder = workdir / f"metrics-{variant.exit_hook}"
-        folder.mkdir()
+        folder = Path(tempfile.mkdtemp(prefix="metrics-", dir=scratch))
         env.update({"FLASK_METRICS": "1", "PROMETHEUS_MULTIPROC_DIR": str(folder)})
     return env
 
 
-def serve_and_load(variant: Variant, args, redis_port: int, workdir: Path) -> dict:
-    """Start the variant's gunicorn, load it for --seconds, read its restarts (and with
-    metrics its folder and scrapes), stop it."""
-    config = workdir / "gunicorn.conf.py"  # a folder a variant
+def serve_and_load(variant: Variant, args, redis_port: int, workdir: Path,
+                   scratch: Path) -> dict:
+    """Start the variant's gunicorn (its config and log in `workdir`), load it for
+    --seconds, read its restarts (and with metrics its folder and scrapes), stop it."""
+    workdir.mkdir(parents=True)
+    config = workdir / "gunicorn.conf.py"
     config.write_text(server.config_text(variant))
-    port, env = procs.free_port(), app_env(variant, redis_port, workdir)
+    port, env = procs.free_port(), app_env(variant, redis_port, scratch)
     cpus = hosts.format_cpus(hosts.placement().server)
     proc = procs.start(["taskset", "-c", cpus, *server.command(config, port)],
-                       log=workdir / f"{config.stem}.log", env=procs.child_env(**env),
+                       log=workdir / "gunicorn.log", env=procs.child_env(**env),
                        cwd=stages.ROOT)
     try:
         procs.wait_until_serving(f"http://127.0.0.1:{port}/healthz", proc)
@@ -110,11 +112,11 @@ def run(args) -> int:
         os.sched_setaffinity(0, hosts.placement().client)
         try:
             for repeat in range(1, args.repeats + 1):
-                for variant in plan:  # interleaved: a drift of the box spreads over all
+                for n, variant in enumerate(plan, 1):  # interleaved: a drift spreads over all
                     say(f"repeat {repeat}: {variant.name}")
-                    workdir = Path(tempfile.mkdtemp(dir=tmp))
-                    rows.append({"repeat": repeat, **serve_and_load(variant, args,
-                                                                    redis_port, workdir)})
+                    workdir = out_dir / f"repeat-{repeat}" / f"variant-{n}"
+                    rows.append({"repeat": repeat, **serve_and_load(
+                        variant, args, redis_port, workdir, Path(tmp))})
         finally:
             os.sched_setaffinity(0, affinity)
     write(out_dir, args, plan, rows)
