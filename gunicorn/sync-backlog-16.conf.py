@@ -37,3 +37,9 @@ graceful_timeout = 30
 # accept one connection each at a time, so with 50 users and 4 workers up to 46
 # wait here; past 16 the kernel drops the SYN, and the client retries it 1 s later.
 backlog = 16
+
+# gunicorn 25 and later open a control socket for gunicornc, by default at
+# $HOME/.gunicorn/gunicorn.ctl: one path for every gunicorn of the box, so two labs
+# (or the suite beside a lab) would take it from each other, and the file stays behind.
+# The lab never uses it.
+control_socket_disable = True

@@ -31,3 +31,9 @@ timeout = 30
 # it) or a restart, workers get 30 s to finish the requests they are serving
 # before they are killed.
 graceful_timeout = 30
+
+# gunicorn 25 and later open a control socket for gunicornc, by default at
+# $HOME/.gunicorn/gunicorn.ctl: one path for every gunicorn of the box, so two labs
+# (or the suite beside a lab) would take it from each other, and the file stays behind.
+# The lab never uses it.
+control_socket_disable = True

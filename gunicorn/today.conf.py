@@ -137,3 +137,9 @@ def post_worker_init(worker):
                 sock.sendall(b"".join(held.parts))
 
     gunicorn.http.wsgi.Response.write = write
+
+# gunicorn 25 and later open a control socket for gunicornc, by default at
+# $HOME/.gunicorn/gunicorn.ctl: one path for every gunicorn of the box, so two labs
+# (or the suite beside a lab) would take it from each other, and the file stays behind.
+# The lab never uses it.
+control_socket_disable = True

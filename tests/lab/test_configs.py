@@ -71,6 +71,8 @@ SETTINGS = {
                                               worker_connections=20000, keepalive=10),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
+# every file: no control socket at $HOME/.gunicorn/gunicorn.ctl, one path for every gunicorn
+NO_CONTROL_SOCKET = dict(control_socket_disable=True)
 
 
 class Box:
@@ -268,7 +270,7 @@ def test_gunicorn_files_set_only_real_settings_and_say_how_to_run(path):
     known = gunicorn.config.Config().settings
     assert sorted(set(names) - set(known)) == [], f"{path}: not gunicorn settings"
     values = {k: v for k, v in names.items() if not callable(v)}  # hooks are settings too
-    assert values == {**SETTINGS[path], **TIMEOUTS}
+    assert values == {**SETTINGS[path], **TIMEOUTS, **NO_CONTROL_SOCKET}
     assert f"gunicorn -c {path} -b HOST:PORT app.wsgi:app" in text
     assignments = [n for n, line in enumerate(text.splitlines()) if re.match(r"\w+ = ", line)]
     lines = text.splitlines()

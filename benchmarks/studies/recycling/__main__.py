@@ -133,7 +133,8 @@ def write(out_dir: Path, args, plan: list[Variant], rows: list[dict]) -> None:
             "variants": [asdict(v) for v in plan], "rows": rows}
     (out_dir / "recycling.json").write_text(json.dumps(data, indent=1))
     text = (f"# Workers recycled\n\n`{data['command']}`\n\n## The tail\n\n"
-            f"{report.tail_table(tails)}\n")
+            f"{report.tail_table(tails)}\n\n## Steps (paired over the repeats)\n\n"
+            f"{report.steps(tails, args.workers, args.max_requests, args.jitter)}\n")
     if hooks:
         text += f"\n## prometheus_client's files\n\n{report.metrics_table(hooks)}\n"
     (out_dir / results.REPORT_MD).write_text(text)

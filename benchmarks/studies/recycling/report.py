@@ -72,3 +72,29 @@ def metrics_table(rows: list[dict]) -> str:
                      f"{r['bytes'] / 1024:,.0f} | {r['scrape_ms_median']:,.2f} | "
                      f"{r['scrape_ms_max']:,.2f} | {r['counted']:,.0f} / {r['answered']:,} |")
     return "\n".join(lines)
+
+
+def paired(rows: list[dict], over: str, under: str, key: str = "p999_ms") -> str:
+    """The paired test of `over`'s `key` against `under`'s, a ratio within each repeat."""
+    from benchmarks.analysis import stats
+
+    by = {(r["variant"], r["repeat"]): r[key] for r in rows}
+    repeats = sorted({r["repeat"] for r in rows})
+    ratios = [by[(over, k)] / by[(under, k)] for k in repeats
+              if by.get((over, k)) and by.get((under, k))]
+    return stats.verdict(stats.step(ratios))
+
+
+def steps(rows: list[dict], workers: list[int], max_requests: int, jitter: list[int]) -> str:
+    """Each recycled variant's p99.9 against no recycling, and each jitter against none,
+    for every worker count."""
+    lines = []
+    for w in workers:
+        plain = f"{w} workers, no recycling"
+        names = {j: f"{w} workers, max_requests {max_requests}, jitter {j}" for j in jitter}
+        for name in names.values():
+            lines.append(f"- {name} / no recycling, p99.9: {paired(rows, name, plain)}")
+        for j in (j for j in jitter if j and 0 in names):
+            lines.append(f"- {w} workers, jitter {j} / jitter 0, p99.9: "
+                         f"{paired(rows, names[j], names[0])}")
+    return "\n".join(lines)
