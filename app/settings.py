@@ -105,6 +105,9 @@ DEFAULTS = {
     # Engine.IO's WSGI middleware (and the app's guard in front of it) on every path;
     # False: only on /socket.io/, the rest goes straight to Flask.
     "ENGINEIO_EVERY_PATH": True,
+    # Prometheus's instruments and GET /metrics (app/metrics.py): off by default, so that
+    # every stage without `--metrics` keeps its code and its cost.
+    "METRICS": False,
 }
 JSON_PROVIDERS = ("stdlib", "orjson")
 
@@ -192,7 +195,7 @@ def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
-                 "ENGINEIO_EVERY_PATH"):
+                 "ENGINEIO_EVERY_PATH", "METRICS"):
         config[name] = as_bool(config.get(name))
     if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:
         raise ConfigError(f"JSON_PROVIDER (FLASK_JSON_PROVIDER) must be one of "
