@@ -12,6 +12,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import psutil
+
 from benchmarks import stages
 from benchmarks.run import cli, environment, results
 from benchmarks.run.cli import say
@@ -75,7 +77,8 @@ def serve_and_load(variant: Variant, args, redis_port: int, workdir: Path,
         thread.join()
         row = report.summarize(outcomes, watcher.restarts())
         if variant.metrics:
-            row.update(scrape.measure(port, Path(env["PROMETHEUS_MULTIPROC_DIR"])))
+            alive = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+            row.update(scrape.measure(port, Path(env["PROMETHEUS_MULTIPROC_DIR"]), alive))
             row["answered"] = sum(n for k, n in row["outcomes"].items() if k != "reset")
         return {"variant": variant.name, "restart_times": watcher.restarts(), **row}
     finally:

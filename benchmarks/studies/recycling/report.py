@@ -65,10 +65,12 @@ def tail_table(rows: list[dict]) -> str:
 
 
 def metrics_table(rows: list[dict]) -> str:
-    lines = ["| child_exit | restarts | files | KiB | scrape ms (median) | scrape ms (max) | "
-             "requests scraped / answered |", "|---|---|---|---|---|---|---|"]
+    lines = ["| child_exit | repeat | restarts | files (of exited workers) | KiB | "
+             "scrape ms (median) | scrape ms (max) | requests scraped / answered |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['variant']} | {r['restarts']} | {r['files']} | "
+        lines.append(f"| {r['variant']} | {r['repeat']} | {r['restarts']} | {r['files']} "
+                     f"({r['dead_files']}) | "
                      f"{r['bytes'] / 1024:,.0f} | {r['scrape_ms_median']:,.2f} | "
                      f"{r['scrape_ms_max']:,.2f} | {r['counted']:,.0f} / {r['answered']:,} |")
     return "\n".join(lines)

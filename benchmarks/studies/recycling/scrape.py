@@ -36,13 +36,21 @@ def counted(body: str) -> float:
     return sum(float(v) for labels, v in COUNTER.findall(body) if LOAD_ROUTE in labels)
 
 
-def measure(port: int, folder: Path) -> dict:
-    """Files in the folder, then SCRAPES scrapes: median and max ms, the count seen last."""
+def of_the_dead(files: list[str], alive: set[int]) -> int:
+    """Files named after a process that is gone (TYPE_PID.db; not an archive's)."""
+    pids = [f.removesuffix(".db").rsplit("_", 1)[-1] for f in files]
+    return sum(1 for pid in pids if pid.isdigit() and int(pid) not in alive)
+
+
+def measure(port: int, folder: Path, alive: set[int]) -> dict:
+    """Files in the folder (those of workers no longer `alive` apart), then SCRAPES
+    scrapes: median and max ms, the count seen last."""
     files = sorted(p.name for p in folder.glob("*.db"))
     times, body = [], ""
     for _ in range(SCRAPES):
         ms, body = scrape(port)
         times.append(ms)
-    return {"files": len(files), "bytes": sum((folder / f).stat().st_size for f in files),
+    return {"files": len(files), "dead_files": of_the_dead(files, alive),
+            "bytes": sum((folder / f).stat().st_size for f in files),
             "scrape_ms_median": round(statistics.median(times), 2),
             "scrape_ms_max": round(max(times), 2), "counted": counted(body)}
