@@ -109,7 +109,7 @@ def run(args) -> int:
         f"{hosts.format_cpus(hosts.placement().server)}; {args.rate:g} requests/s for "
         f"{args.seconds:g} s a variant, {len(plan)} variants x {args.repeats} repeats; "
         f"results in {results.rel(out_dir)}")
-    rows, affinity = [], os.sched_getaffinity(0)
+    rows, affinity, load_before = [], os.sched_getaffinity(0), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="recycling-") as tmp, \
             procs.redis_server(Path(tmp) / "redis") as redis_port:
         os.sched_setaffinity(0, hosts.placement().client)
@@ -122,20 +122,24 @@ def run(args) -> int:
                         variant, args, redis_port, workdir, Path(tmp))})
         finally:
             os.sched_setaffinity(0, affinity)
-    write(out_dir, args, plan, rows)
+    # what else the box did: this machine is shared, the report says how busy it was
+    write(out_dir, args, plan, rows, [round(load_before, 2), round(os.getloadavg()[0], 2)])
     return 0
 
 
-def write(out_dir: Path, args, plan: list[Variant], rows: list[dict]) -> None:
+def write(out_dir: Path, args, plan: list[Variant], rows: list[dict],
+          load_average: list[float]) -> None:
     names = {v.name for v in plan if v.metrics}
     tails = [r for r in rows if r["variant"] not in names]
     hooks = [r for r in rows if r["variant"] in names]
     command = " ".join(["python -m benchmarks.studies.recycling", *sys.argv[1:]])
     data = {**environment.environment(), "command": command,
             "options": {k: v for k, v in vars(args).items() if k != "results"},
-            "variants": [asdict(v) for v in plan], "rows": rows}
+            "load_average": load_average, "variants": [asdict(v) for v in plan], "rows": rows}
     (out_dir / "recycling.json").write_text(json.dumps(data, indent=1))
-    text = (f"# Workers recycled\n\n`{data['command']}`\n\n## The tail\n\n"
+    text = (f"# Workers recycled\n\n`{data['command']}`\n\nThe box's load average "
+            f"before and after: {load_average[0]:g}, {load_average[1]:g} (2 cores).\n\n"
+            "## The tail\n\n"
             f"{report.tail_table(tails)}\n\n## Steps (paired over the repeats)\n\n"
             f"{report.steps(tails, args.workers, args.max_requests, args.jitter)}\n")
     if hooks:
