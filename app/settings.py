@@ -105,6 +105,10 @@ DEFAULTS = {
     # Engine.IO's WSGI middleware (and the app's guard in front of it) on every path;
     # False: only on /socket.io/, the rest goes straight to Flask.
     "ENGINEIO_EVERY_PATH": True,
+    # OpenTelemetry traces (app/tracing.py): off unless FLASK_TRACING=1; the share of
+    # traces kept (0..1); where they go: the standard OTEL_EXPORTER_OTLP_* variables.
+    "TRACING": False,
+    "TRACE_SAMPLE": 1.0,
 }
 JSON_PROVIDERS = ("stdlib", "orjson")
 
@@ -174,6 +178,18 @@ def gc_log_ms(value) -> float:
     return number
 
 
+def trace_sample(value) -> float:
+    """TRACE_SAMPLE: the share of traces kept, a number from 0 to 1 (app/tracing.py)."""
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not 0 <= number <= 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"TRACE_SAMPLE (FLASK_TRACE_SAMPLE) must be a ratio from 0 to 1 "
+                          f"(0.1 keeps a tenth of the traces), not {value!r}") from None
+    return number
+
+
 def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
     """SECRET_KEY as a string; the labelled insecure one in DEV_MODE when none is set."""
     if secret is None or secret == "":
@@ -192,8 +208,9 @@ def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
-                 "ENGINEIO_EVERY_PATH"):
+                 "ENGINEIO_EVERY_PATH", "TRACING"):
         config[name] = as_bool(config.get(name))
+    config["TRACE_SAMPLE"] = trace_sample(config.get("TRACE_SAMPLE"))
     if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:
         raise ConfigError(f"JSON_PROVIDER (FLASK_JSON_PROVIDER) must be one of "
                           f"{', '.join(JSON_PROVIDERS)}, not {config.get('JSON_PROVIDER')!r}")
