@@ -1,7 +1,8 @@
 """Traces: OpenTelemetry's Flask and Redis instrumentation, exported over OTLP/HTTP.
 
-Off by default (``TRACING`` false): nothing of OpenTelemetry is imported and the app
-is the one it always was. ``FLASK_TRACING=1`` turns it on:
+Off by default (``TRACING`` false): no instrumentor is imported, nothing is patched
+and the app is the one it always was (redis-py imports OpenTelemetry's API for its own
+observability hooks either way). ``FLASK_TRACING=1`` turns it on:
 
 - a span per HTTP request (the Flask instrumentor wraps ``app.wsgi_app``), and a span
   per Redis command or pipeline (the Redis instrumentor, which patches redis-py for
