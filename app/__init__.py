@@ -16,6 +16,7 @@ from . import (
     fast_path,
     gc_log,
     health,
+    metrics,
     realtime,
     redis_store,
     rooms,
@@ -39,6 +40,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     gc_log.init_app(app)
 
     access_log.init_app(app)  # first: its clock starts before the other hooks
+    metrics.init_app(app)  # next, for the same reason (a 413 from validation is counted)
     errors.init_app(app)
     validation.init_app(app)
     redis_store.init_app(app)

@@ -105,6 +105,9 @@ DEFAULTS = {
     # Engine.IO's WSGI middleware (and the app's guard in front of it) on every path;
     # False: only on /socket.io/, the rest goes straight to Flask.
     "ENGINEIO_EVERY_PATH": True,
+    # Prometheus's instruments and GET /metrics (app/metrics.py): off by default, so that
+    # every stage without `--metrics` keeps its code and its cost.
+    "METRICS": False,
     # OpenTelemetry traces (app/tracing.py): off unless FLASK_TRACING=1; the share of
     # traces kept (0..1); where they go: the standard OTEL_EXPORTER_OTLP_* variables.
     "TRACING": False,
@@ -208,7 +211,7 @@ def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
-                 "ENGINEIO_EVERY_PATH", "TRACING"):
+                 "ENGINEIO_EVERY_PATH", "METRICS", "TRACING"):
         config[name] = as_bool(config.get(name))
     config["TRACE_SAMPLE"] = trace_sample(config.get("TRACE_SAMPLE"))
     if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:

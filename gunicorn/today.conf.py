@@ -137,3 +137,20 @@ def post_worker_init(worker):
                 sock.sendall(b"".join(held.parts))
 
     gunicorn.http.wsgi.Response.write = write
+
+
+# With the lab's `--metrics` (or any Prometheus scraping the app's /metrics, app/metrics.py):
+# each worker keeps its metrics in files of its own in PROMETHEUS_MULTIPROC_DIR, and
+# /metrics sums them. When a worker exits, prometheus_client must be told (its
+# multiprocess mode's rule: prometheus/client_python#367 and its docs' gunicorn
+# example), or a live gauge's file of the dead worker stays counted; counters and
+# histograms keep its values, as they should. Without PROMETHEUS_MULTIPROC_DIR it does
+# nothing. It imports prometheus_client, not the app: the master must not import the
+# app before it forks gevent workers, which patch the standard library as they start.
+def child_exit(server, worker):
+    import os
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)
