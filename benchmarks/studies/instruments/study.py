@@ -198,7 +198,8 @@ def run(args) -> int:
     data = {**environment.environment(), "stage": floor.STAGE, "command": command(args),
             "instruments": chosen, "cpus": {k: hosts.format_cpus(v) for k, v in cpus.items()},
             "redis_cpu": args.redis_cpu, "seconds": args.seconds, "weights": WEIGHTS,
-            "box": box, "repeats": repeats, "totals": totals}
+            "box": box, "repeats": repeats, "totals": totals,
+            "prometheus_multiprocess": bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))}
     table.write(out_dir, data)
     say("\n" + table.table(table.summarize(data)))
     say(f"\n{results.rel(out_dir / results.INSTRUMENTS_JSON)}; {results.REPORT_MD} beside it")

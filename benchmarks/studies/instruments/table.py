@@ -132,6 +132,7 @@ def _r(value, digits: int = 3):
 
 def about(data: dict) -> str:
     box, n = data["box"], len(data["repeats"])
+    mode = "multiprocess" if data.get("prometheus_multiprocess") else "single-process"
     return (f"Stage {data['stage']}'s app in-process (benchmarks/studies/instruments/), bare "
             f"and with each instrument, a process each on CPU {data['cpus']['app']}; Redis on "
             f"CPU {data['cpus']['redis']} (`--redis-cpu {data['redis_cpu']}`), the OTLP sink on "
@@ -147,7 +148,9 @@ def about(data: dict) -> str:
             "spans received: by the sink over each worker's life, against those its app made. "
             f"While it measured, the load average went from {box['load_average'][0]:g} to "
             f"{box['load_average'][1]:g}; other processes used {box['others_cpu_pct']:g}% of "
-            f"the app's CPU and {box['others_sink_cpu_pct']:g}% of the sink's.")
+            f"the app's CPU and {box['others_sink_cpu_pct']:g}% of the sink's. prometheus "
+            f"(app/metrics.py) in {mode} mode (PROMETHEUS_MULTIPROC_DIR); flask-exporter with "
+            "PrometheusMetrics' defaults.")
 
 
 def per_type(data: dict) -> str:

@@ -8,6 +8,14 @@
 - `otel`: app/tracing.py at 100% sampling (TRACING, TRACE_SAMPLE 1.0): a span per
   request and per Redis command, exported over OTLP/HTTP to the study's sink;
 - `otel-N`: the same keeping N% of the traces (`otel-10`: ParentBased(TraceIdRatioBased(0.1))).
+
+Why 10% for the sampled one: it is the usual head-sampling share for a service at
+hundreds of requests a second per core: it still keeps about a hundred whole traces a
+second from one stage-8 worker, plenty to find a slow path, and ParentBased keeps a
+request's Redis spans with it (and follows a caller's decision), so what is kept is
+whole. Beside 100% it separates what every request pays (the wrappers, the attributes
+collected before the sampler decides, the context) from what only a kept span costs
+(its recording, its export).
 """
 
 from __future__ import annotations
