@@ -22,6 +22,7 @@ from . import (
     rooms,
     seed,
     settings,
+    tracing,
     users,
     validation,
 )
@@ -47,6 +48,7 @@ def create_app(test_config: dict | None = None) -> Flask:
         app.register_blueprint(blueprint)
     attempts.init_app(app)
     seed.init_app(app)
+    tracing.init_app(app)  # wraps Flask's wsgi_app: before the Socket.IO layer takes it
     flask_wsgi_app = app.wsgi_app
     realtime.init_app(app)
     fast_path.init_app(app, flask_wsgi_app)

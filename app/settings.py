@@ -108,6 +108,10 @@ DEFAULTS = {
     # Prometheus's instruments and GET /metrics (app/metrics.py): off by default, so that
     # every stage without `--metrics` keeps its code and its cost.
     "METRICS": False,
+    # OpenTelemetry traces (app/tracing.py): off unless FLASK_TRACING=1; the share of
+    # traces kept (0..1); where they go: the standard OTEL_EXPORTER_OTLP_* variables.
+    "TRACING": False,
+    "TRACE_SAMPLE": 1.0,
 }
 JSON_PROVIDERS = ("stdlib", "orjson")
 
@@ -177,6 +181,18 @@ def gc_log_ms(value) -> float:
     return number
 
 
+def trace_sample(value) -> float:
+    """TRACE_SAMPLE: the share of traces kept, a number from 0 to 1 (app/tracing.py)."""
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not 0 <= number <= 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"TRACE_SAMPLE (FLASK_TRACE_SAMPLE) must be a ratio from 0 to 1 "
+                          f"(0.1 keeps a tenth of the traces), not {value!r}") from None
+    return number
+
+
 def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
     """SECRET_KEY as a string; the labelled insecure one in DEV_MODE when none is set."""
     if secret is None or secret == "":
@@ -195,8 +211,9 @@ def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
-                 "ENGINEIO_EVERY_PATH", "METRICS"):
+                 "ENGINEIO_EVERY_PATH", "METRICS", "TRACING"):
         config[name] = as_bool(config.get(name))
+    config["TRACE_SAMPLE"] = trace_sample(config.get("TRACE_SAMPLE"))
     if config.get("JSON_PROVIDER") not in JSON_PROVIDERS:
         raise ConfigError(f"JSON_PROVIDER (FLASK_JSON_PROVIDER) must be one of "
                           f"{', '.join(JSON_PROVIDERS)}, not {config.get('JSON_PROVIDER')!r}")

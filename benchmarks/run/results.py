@@ -78,6 +78,8 @@ REPORT_MD = "report.md"
 PLOTS = "plots"
 FLOOR_JSON = "floor.json"  # the floor study's figures (benchmarks/studies/floor.py)
 FLOOR_CSV = "floor.csv"  # its table: each request type and the mix, with intervals
+INSTRUMENTS_JSON = "instruments.json"  # benchmarks/studies/instruments/: every repeat's figures
+INSTRUMENTS_CSV = "instruments.csv"  # its table: each instrument against bare
 FLOOR_LOG = "floor.log"  # `lab run --floor`: the study's output, in each repeat's folder
 
 # files of a stage
