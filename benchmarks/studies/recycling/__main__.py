@@ -120,6 +120,8 @@ def run(args) -> int:
                     workdir = out_dir / f"repeat-{repeat}" / f"variant-{n}"
                     rows.append({"repeat": repeat, **serve_and_load(
                         variant, args, redis_port, workdir, Path(tmp))})
+                    # each row as it comes: an error or a Ctrl-C later loses none of them
+                    (out_dir / "rows.json").write_text(json.dumps(rows, indent=1))
         finally:
             os.sched_setaffinity(0, affinity)
     # what else the box did: this machine is shared, the report says how busy it was

@@ -45,12 +45,17 @@ def of_the_dead(files: list[str], alive: set[int]) -> int:
 def measure(port: int, folder: Path, alive: set[int]) -> dict:
     """Files in the folder (those of workers no longer `alive` apart), then SCRAPES
     scrapes: median and max ms, the count seen last."""
-    files = sorted(p.name for p in folder.glob("*.db"))
+    from app import metrics_exit
+
+    # under the fold's lock (shared): a worker that exits now is folded before or after
+    with metrics_exit.locked(folder, exclusive=False):
+        files = sorted(p.name for p in folder.glob("*.db"))
+        size = sum((folder / f).stat().st_size for f in files)
     times, body = [], ""
     for _ in range(SCRAPES):
         ms, body = scrape(port)
         times.append(ms)
     return {"files": len(files), "dead_files": of_the_dead(files, alive),
-            "bytes": sum((folder / f).stat().st_size for f in files),
+            "bytes": size,
             "scrape_ms_median": round(statistics.median(times), 2),
             "scrape_ms_max": round(max(times), 2), "counted": counted(body)}
