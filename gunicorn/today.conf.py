@@ -139,6 +139,21 @@ def post_worker_init(worker):
     gunicorn.http.wsgi.Response.write = write
 
 
+# prometheus_client's multiprocess folder (PROMETHEUS_MULTIPROC_DIR, set where the
+# server is started, so that every worker inherits it) must be empty when the server
+# starts: files of an earlier run would be counted again. The master empties it here,
+# before it forks the first worker (the client's documented rule; the lab also gives
+# each server a fresh folder). Without PROMETHEUS_MULTIPROC_DIR it does nothing.
+def on_starting(server):
+    import glob
+    import os
+
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        os.makedirs(path, exist_ok=True)
+        for leftover in glob.glob(os.path.join(path, "*.db")):
+            os.remove(leftover)
+
 # With the lab's `--metrics` (or any Prometheus scraping the app's /metrics, app/metrics.py):
 # each worker keeps its metrics in files of its own in PROMETHEUS_MULTIPROC_DIR, and
 # /metrics sums them. When a worker exits, prometheus_client's documented hook,
