@@ -44,16 +44,19 @@ def study(tmp_path_factory) -> dict:
         "benchmarks.studies.recycling", "--workers", str(WORKERS), "--rate", str(RATE),
         "--seconds", str(SECONDS), "--max-requests", str(MAX_REQUESTS), "--jitter", "0",
         "--repeats", "1", "--metrics-exit", "none,fold", "--metrics-max-requests",
-        str(MAX_REQUESTS), "--results", str(out), timeout=240)
+        str(MAX_REQUESTS), "--growth", "0,20", "--results", str(out), timeout=240)
     assert code == 0, said
     (run,) = out.iterdir()
-    return {r["variant"]: r for r in json.loads((run / "recycling.json").read_text())["rows"]}
+    data = json.loads((run / "recycling.json").read_text())
+    return {**{r["variant"]: r for r in data["rows"]}, "growth": data["growth"]}
 
 
 def test_every_slot_is_sent_and_the_recycled_workers_are_seen_restarting(study):
     plain = study["2 workers, no recycling"]
     recycled = study["2 workers, max_requests 20, jitter 0"]
-    for row in study.values():
+    for name, row in study.items():
+        if name == "growth":
+            continue
         assert row["requests"] == REQUESTS  # an open model: every slot, late or not
         assert set(row["outcomes"]) <= {"ok", "4xx", "5xx", "reset", "refused", "timeout"}
     assert plain["restarts"] == 0
@@ -73,3 +76,10 @@ def test_folding_keeps_the_folder_small_and_the_count_whole(study):
     # folded: none of an exited worker's files is left, its values are in the archives
     assert fold["restarts"] >= 1 and fold["dead_files"] == 0
     assert fold["files"] < none["files"]
+
+
+def test_the_scrape_reads_every_exited_workers_files_until_they_are_folded(study):
+    none, twenty = study["growth"]
+    assert (none["files"], none["folded_files"]) == (0, 0)
+    # twenty exited workers: a counter and a histogram file each, then one archive a type
+    assert (twenty["files"], twenty["folded_files"]) == (40, 2)

@@ -122,22 +122,37 @@ def run(args) -> int:
                         variant, args, redis_port, workdir, Path(tmp))})
                     # each row as it comes: an error or a Ctrl-C later loses none of them
                     (out_dir / "rows.json").write_text(json.dumps(rows, indent=1))
+            files = scrape_growth(args, Path(tmp))
         finally:
             os.sched_setaffinity(0, affinity)
     # what else the box did: this machine is shared, the report says how busy it was
-    write(out_dir, args, plan, rows, [round(load_before, 2), round(os.getloadavg()[0], 2)])
+    write(out_dir, args, plan, rows, [round(load_before, 2), round(os.getloadavg()[0], 2)],
+          files)
     return 0
 
 
+def scrape_growth(args, scratch: Path) -> list[dict]:
+    """With the metrics part: the scrape against K exited workers' files, from a real
+    worker's files of the run (a folder none or mark left them in)."""
+    if not args.metrics_exit:
+        return []
+    for folder in sorted(scratch.glob("metrics-*")):
+        if list(folder.glob("counter_[0-9]*.db")):
+            say(f"the scrape against {args.growth} exited workers' files")
+            return scrape.growth(folder, args.growth, scratch)
+    return []
+
+
 def write(out_dir: Path, args, plan: list[Variant], rows: list[dict],
-          load_average: list[float]) -> None:
+          load_average: list[float], files: list[dict]) -> None:
     names = {v.name for v in plan if v.metrics}
     tails = [r for r in rows if r["variant"] not in names]
     hooks = [r for r in rows if r["variant"] in names]
     command = " ".join(["python -m benchmarks.studies.recycling", *sys.argv[1:]])
     data = {**environment.environment(), "command": command,
             "options": {k: v for k, v in vars(args).items() if k != "results"},
-            "load_average": load_average, "variants": [asdict(v) for v in plan], "rows": rows}
+            "load_average": load_average, "variants": [asdict(v) for v in plan], "rows": rows,
+            "growth": files}
     (out_dir / "recycling.json").write_text(json.dumps(data, indent=1))
     text = (f"# Workers recycled\n\n`{data['command']}`\n\nThe box's load average "
             f"before and after: {load_average[0]:g}, {load_average[1]:g} (2 cores).\n\n"
@@ -146,6 +161,9 @@ def write(out_dir: Path, args, plan: list[Variant], rows: list[dict],
             f"{report.steps(tails, args.workers, args.max_requests, args.jitter)}\n")
     if hooks:
         text += f"\n## prometheus_client's files\n\n{report.metrics_table(hooks)}\n"
+    if files:
+        text += ("\n## The scrape against exited workers' files\n\n"
+                 f"{report.growth_table(files)}\n")
     (out_dir / results.REPORT_MD).write_text(text)
     say("\n" + text)
 
@@ -168,6 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
                                     f"{','.join(server.EXIT_HOOKS)} (none run by default)")
     p.add_argument("--metrics-max-requests", type=int, default=50,
                    help="max_requests in the metrics part: many restarts (50)")
+    p.add_argument("--growth", type=cli.int_list(0, "a count of exited workers"),
+                   default=[0, 10, 100, 1000],
+                   help="with --metrics-exit: the scrape timed against the files of this many "
+                        "exited workers, as they are and folded (0,10,100,1000)")
     p.add_argument("--results", default=str(results.RESULTS), help="where its folder goes")
     return p
 

@@ -100,3 +100,12 @@ def steps(rows: list[dict], workers: list[int], max_requests: int, jitter: list[
             lines.append(f"- {w} workers, jitter {j} / jitter 0, p99.9: "
                          f"{paired(rows, names[j], names[0])}")
     return "\n".join(lines)
+
+
+def growth_table(rows: list[dict]) -> str:
+    lines = ["| exited workers | files | a scrape, ms | folded: files | folded: a scrape, ms |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['exited_workers']:,} | {r['files']:,} | {r['scrape_ms']:,.2f} | "
+                     f"{r['folded_files']} | {r['folded_scrape_ms']:,.2f} |")
+    return "\n".join(lines)

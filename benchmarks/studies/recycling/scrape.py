@@ -59,3 +59,43 @@ def measure(port: int, folder: Path, alive: set[int]) -> dict:
             "bytes": size,
             "scrape_ms_median": round(statistics.median(times), 2),
             "scrape_ms_max": round(max(times), 2), "counted": counted(body)}
+
+
+def collect_ms(folder: Path, times: int = 5) -> float:
+    """Median ms of what /metrics does in multiprocess mode (app/metrics.py exposition):
+    a fresh registry over the folder's files, rendered, in this process."""
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
+    out = []
+    for _ in range(times):
+        started = time.perf_counter()
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(folder))
+        generate_latest(registry)
+        out.append(1000 * (time.perf_counter() - started))
+    return round(statistics.median(out), 2)
+
+
+def growth(sample: Path, counts: list[int], scratch: Path) -> list[dict]:
+    """The scrape against the files of K exited workers: for each K, a folder with K
+    copies of one real worker's counter and histogram files (`sample`'s, from a run of
+    the study) under new pids, timed as is, then after folding them all
+    (app/metrics_exit.py), timed again."""
+    from app import metrics_exit
+
+    kinds = [k for k in ("counter", "histogram") if list(sample.glob(f"{k}_[0-9]*.db"))]
+    sources = {k: sorted(sample.glob(f"{k}_[0-9]*.db"))[0] for k in kinds}
+    rows = []
+    for k in counts:
+        folder = scratch / f"files-{k}"
+        folder.mkdir()
+        for pid in range(1, k + 1):
+            for kind, source in sources.items():
+                (folder / f"{kind}_{pid}.db").write_bytes(source.read_bytes())
+        before = collect_ms(folder)
+        for pid in range(1, k + 1):
+            metrics_exit.fold_dead_worker(pid, folder)
+        rows.append({"exited_workers": k, "files": 2 * k, "scrape_ms": before,
+                     "folded_files": len(list(folder.glob("*.db"))),
+                     "folded_scrape_ms": collect_ms(folder)})
+    return rows
