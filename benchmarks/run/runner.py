@@ -39,6 +39,7 @@ from benchmarks.run import (
     locust_cli,
     open_model,
     progress,
+    prometheus,
     results,
     slo,
 )
@@ -416,8 +417,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
     shown.phase(f"{stage.title}; starting its hosts and servers")
     opts = measured_as(stage, opts)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement, client_hosts=opts.client_hosts) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls, opts.placement,
+                         client_hosts=opts.client_hosts, metrics=opts.metrics) as box:
         for note in box.notes:
             say(f"  note: {note}")
         stack = Stack(stage, box, stage_dir)
@@ -440,7 +441,9 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            count_from = measured(stage, box, stack, load, stage_dir, users_file, opts, classes)
+            with prometheus.window(stack, opts.screenshots):  # --metrics: its answers
+                count_from = measured(stage, box, stack, load, stage_dir, users_file, opts,
+                                      classes)
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from
@@ -541,8 +544,8 @@ def running_stage(stage: Stage, opts: RunOptions):
         for f in sorted(stage_dir.rglob("*"), reverse=True):
             f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
     stage_dir.mkdir(parents=True, exist_ok=True)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement, client_hosts=opts.client_hosts) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls, opts.placement,
+                         client_hosts=opts.client_hosts, metrics=opts.metrics) as box:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()
