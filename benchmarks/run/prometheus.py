@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -114,6 +115,12 @@ def commands(stage: stages.Stage, box, conf: Path, data: Path) -> list[tuple[str
     return found
 
 
+def data_prefix(pid: int | None = None) -> str:
+    """The temporary folder's name begins so: the lab's pid in it, so that what a lab
+    killed with -9 left is told from another lab's."""
+    return f"ftl-{pid or os.getpid()}-prometheus-"
+
+
 class Prometheus:
     """The role's processes, started through the stack (its `_start`: each on its host,
     waited for, its log beside the servers'), and a temporary folder for its database
@@ -127,7 +134,7 @@ class Prometheus:
     def folder(self, name: str) -> Path:
         """A folder of the temporary one, made on first use."""
         if self.root is None:
-            self.root = Path(tempfile.mkdtemp(prefix="ftl-prometheus-"))
+            self.root = Path(tempfile.mkdtemp(prefix=data_prefix()))
         (self.root / name).mkdir(exist_ok=True)
         return self.root / name
 
@@ -248,11 +255,11 @@ def forwarded(box) -> Iterator[str]:
 
 
 @contextmanager
-def window(stack, screenshot: bool) -> Iterator[None]:
+def window(stack) -> Iterator[None]:
     """Around the measured load, with --metrics (nothing otherwise): two scrapes' wait
     either side, so Prometheus holds the app's counter as the load starts and as it ends;
-    then `record` into the stage's prometheus/, and with `screenshot` a picture of the
-    graph (graph.png)."""
+    then `record` into the stage's prometheus/, and a picture of the graph (graph.png:
+    part of what --metrics keeps, so `--no-screenshots`, the Sockets tab's, leaves it)."""
     from benchmarks.run.cli import say  # (cli imports options, which imports this)
 
     if stack.prometheus is None:
@@ -273,8 +280,7 @@ def window(stack, screenshot: bool) -> Iterator[None]:
             f"counted {'?' if counted is None else f'{counted:.0f}'} requests, "
             f"{rate or 0:.1f}/s, p99 {1000 * (p99 or 0):.1f} ms "
             f"({results_rel(folder / QUERIES_JSON)})")
-        if screenshot:
-            shoot(base, folder / GRAPH_PNG, start)
+        shoot(base, folder / GRAPH_PNG, start)
 
 
 def shoot(base: str, out: Path, start: float) -> None:
@@ -289,7 +295,7 @@ def shoot(base: str, out: Path, start: float) -> None:
             driver.get(graph_url(base, start))
             headless.wait_for_graphs(driver, 2)
             driver.save_screenshot(str(out))
-        say(f"  screenshot: {out.relative_to(out.parents[2])}")
+        say(f"  screenshot: {results_rel(out)}")
     except headless.BrowserMissing as e:
         say(f"  no screenshot of Prometheus's graph: {e}")
     except Exception as e:  # the browser's own errors, a page that did not draw

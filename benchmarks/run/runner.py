@@ -441,7 +441,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            with prometheus.window(stack, opts.screenshots):  # --metrics: its answers
+            with prometheus.window(stack):  # --metrics: its answers and graph
                 count_from = measured(stage, box, stack, load, stage_dir, users_file, opts,
                                       classes)
             apps = access_logs.app_counts(stage_dir, apps_from)
