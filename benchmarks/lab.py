@@ -422,14 +422,18 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
                           "profile.folded, and the CPU shares by bucket in the metrics)")
 
 
-def add_metrics(parser: argparse.ArgumentParser) -> None:
-    """--metrics, for `run` and `up`."""
+def add_metrics(parser: argparse.ArgumentParser, ui: bool = False) -> None:
+    """--metrics, for `run` and `up`; with `ui` (`up`), --metrics-port."""
     parser.add_argument("--metrics", action="store_true",
                         help="Prometheus on a host of its own (`metrics`), scraping the app's "
                              "/metrics and exporters beside Nginx and Redis every second; "
                              "`run` keeps each stage's answers and a graph in its "
                              "prometheus/ folder (Debian's prometheus, "
                              "prometheus-nginx-exporter, prometheus-redis-exporter)")
+    if ui:
+        parser.add_argument("--metrics-port", type=int, default=web_ui.PROMETHEUS_UI_PORT,
+                            help="with --metrics: the machine's port for Prometheus's UI "
+                                 f"(default {web_ui.PROMETHEUS_UI_PORT}), at --ui-address")
 
 
 def add_host_counts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
@@ -479,10 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "default), or 0.0.0.0, every interface, for a container's port "
                          f"mapping or a VM's forwarded port (the image's default, from "
                          f"${web_ui.UI_ADDRESS_ENV}; a VM's, from {web_ui.BOX_CONF})")
-    add_metrics(up)
-    up.add_argument("--metrics-port", type=int, default=web_ui.PROMETHEUS_UI_PORT,
-                    help="with --metrics: the machine's port for Prometheus's UI (default "
-                         f"{web_ui.PROMETHEUS_UI_PORT}), at --ui-address")
+    add_metrics(up, ui=True)
     add_host_counts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)

@@ -106,16 +106,14 @@ HOSTS: tuple[Host, ...] = (
     Host("app", "198.18.0.30", "the app server"),
     Host("app2", "198.18.0.31", "a second app server, in stages that scale out"),
     Host("redis", "198.18.0.40", "Redis"),
-    Host("metrics", "198.18.0.50", "Prometheus, with --metrics (its exporters run beside "
-         "Nginx and Redis, on their hosts)"),
+    Host("metrics", "198.18.0.50", "Prometheus, with --metrics (exporters: on their hosts)"),
 )
 ADDRESS = {h.role: h.address for h in HOSTS}
 APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
 CLIENT_ROLES = ("client", "client2")  # the load hosts: a run with --client-hosts N, the first N
 SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
-# The host that watches (--metrics: benchmarks/run/prometheus.py): no stage needs it, a
-# run adds it. On the client's CPUs, as the sampler: what watches must not take the
-# measured servers' core (its exporters do run beside Nginx and Redis, on theirs).
+# The host that watches (--metrics: benchmarks/run/prometheus.py), which a run adds: on the
+# client's CPUs, as the sampler, off the measured servers' core (hosts.Placement).
 METRICS_ROLE = "metrics"
 # The load generator's host gets these profiles on top of the baseline (sysctl/90-client.conf:
 # a wide port range, so that Locust never runs out of local ports).
@@ -127,11 +125,7 @@ REDIS_PORT = 6379
 APP_PORT = 8000
 SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
-# --metrics: Prometheus on its host, and the Debian exporters' own default ports, each
-# beside what it reads (the Nginx exporter on the proxy host, the Redis one on Redis's)
-PROMETHEUS_PORT = 9090
-NGINX_EXPORTER_PORT = 9113
-REDIS_EXPORTER_PORT = 9121
+PROMETHEUS_PORT, NGINX_EXPORTER_PORT, REDIS_EXPORTER_PORT = 9090, 9113, 9121  # their defaults
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
 KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser

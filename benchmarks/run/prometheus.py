@@ -36,7 +36,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks import stages
+from benchmarks.run import results
 from benchmarks.sandbox import port_forward, procs
+from benchmarks.sockets_tab import headless
 
 # Every second: a stage is measured for seconds (the tests' 3 s, 30 s by default), and
 # Prometheus's default minute would give it one point or none; 1 s is the sampler's
@@ -229,12 +231,6 @@ def graph_url(base: str, start: float) -> str:
     return f"{base}/graph?{urllib.parse.urlencode(params)}"
 
 
-def results_rel(path: Path) -> str:
-    from benchmarks.run import results
-
-    return results.rel(path)
-
-
 def health(targets_json: dict) -> dict[str, str]:
     """job/instance -> its health (`up`, `down`, `unknown`), from /api/v1/targets."""
     return {f"{t['labels']['job']}/{t['labels']['instance']}": t["health"]
@@ -255,13 +251,11 @@ def forwarded(box) -> Iterator[str]:
 
 
 @contextmanager
-def window(stack) -> Iterator[None]:
+def window(stack, say=print) -> Iterator[None]:
     """Around the measured load, with --metrics (nothing otherwise): two scrapes' wait
     either side, so Prometheus holds the app's counter as the load starts and as it ends;
     then `record` into the stage's prometheus/, and a picture of the graph (graph.png:
     part of what --metrics keeps, so `--no-screenshots`, the Sockets tab's, leaves it)."""
-    from benchmarks.run.cli import say  # (cli imports options, which imports this)
-
     if stack.prometheus is None:
         yield
         return
@@ -279,23 +273,20 @@ def window(stack) -> Iterator[None]:
         say(f"  prometheus: targets up {sum(h == 'up' for h in up.values())}/{len(up)}; the app "
             f"counted {'?' if counted is None else f'{counted:.0f}'} requests, "
             f"{rate or 0:.1f}/s, p99 {1000 * (p99 or 0):.1f} ms "
-            f"({results_rel(folder / QUERIES_JSON)})")
-        shoot(base, folder / GRAPH_PNG, start)
+            f"({results.rel(folder / QUERIES_JSON)})")
+        shoot(base, folder / GRAPH_PNG, start, say)
 
 
-def shoot(base: str, out: Path, start: float) -> None:
+def shoot(base: str, out: Path, start: float, say=print) -> None:
     """graph.png of Prometheus's graph page (headless Chromium, as the Sockets tab's);
     a browser missing or failing is said, never fails the stage."""
-    from benchmarks.run.cli import say
-    from benchmarks.sockets_tab import headless
-
     try:
         with headless.chromium() as driver:
             driver.set_window_size(1400, 1800)  # both panels in one picture
             driver.get(graph_url(base, start))
             headless.wait_for_graphs(driver, 2)
             driver.save_screenshot(str(out))
-        say(f"  screenshot: {results_rel(out)}")
+        say(f"  screenshot: {results.rel(out)}")
     except headless.BrowserMissing as e:
         say(f"  no screenshot of Prometheus's graph: {e}")
     except Exception as e:  # the browser's own errors, a page that did not draw

@@ -39,7 +39,6 @@ from benchmarks.run import (
     locust_cli,
     open_model,
     progress,
-    prometheus,
     results,
     slo,
 )
@@ -337,12 +336,13 @@ def recorded(load: Load, stage_dir: Path, opts: RunOptions,
 def measured(stage: Stage, box: sandbox.Sandbox, stack: Stack, load: Load, stage_dir: Path,
              users_file: Path, opts: RunOptions, classes) -> int | None:
     """`measure` with its window's recorders, a crash twin's probe among them, which is
-    waited for after the window (its recovery may outlast it)."""
+    waited for after the window (its recovery may outlast it); --metrics' answers too."""
     crashing: list[subprocess.Popen] = []
     crash_probe = (partial(crash.start, box, stack, stage_dir, users_file, opts.duration)
                    if crash.wanted(stage) else None)
-    count_from = measure(load, stage_dir, users_file, opts, classes, partial(
-        recorded, load, stage_dir, opts, crash_probe, crashing))
+    with stack.watching(say):
+        count_from = measure(load, stage_dir, users_file, opts, classes, partial(
+            recorded, load, stage_dir, opts, crash_probe, crashing))
     for probe in crashing:
         say(f"  {crash.finish(probe, stage_dir, opts.duration)}")
     return count_from
@@ -441,9 +441,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             apps_from = access_logs.app_log_sizes(stage, stage_dir)
             accepted_from = box.accepted(stage.app_roles) if stage.front else None
             latency_from = access_logs.log_size(stage_dir / results.latency_log(stage))
-            with prometheus.window(stack):  # --metrics: its answers and graph
-                count_from = measured(stage, box, stack, load, stage_dir, users_file, opts,
-                                      classes)
+            count_from = measured(stage, box, stack, load, stage_dir, users_file, opts, classes)
             apps = access_logs.app_counts(stage_dir, apps_from)
             if accepted_from is not None:  # for upstream_reused_share, the same window
                 apps["app_accepted"] = box.accepted(stage.app_roles) - accepted_from

@@ -166,6 +166,11 @@ class Stack:
                 "nginx_exporter": "Nginx's exporter",
                 "redis_exporter": "Redis's exporter"}.get(name, name)
 
+    def watching(self, say):
+        """Around a measured window: with --metrics, what Prometheus saw of it, kept in
+        the stage's folder (prometheus.window); nothing without."""
+        return prometheus.window(self, say)
+
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items()}
 

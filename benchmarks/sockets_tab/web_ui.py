@@ -28,12 +28,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks import stages
 from benchmarks.capture import loop
 from benchmarks.run import locust_cli, results, runner
 from benchmarks.run.cli import StageFailed
 from benchmarks.run.options import OptionsError
 from benchmarks.sandbox import port_forward, procs, sandbox
-from benchmarks import stages
 from benchmarks.stages import ROOT, Stage
 
 UI_PORT = 8089  # Locust's own default
