@@ -32,7 +32,7 @@ class Stack:
         # --metrics: Prometheus and its exporters, watchers of the stage, not its servers:
         # neither among the processes the sampler and the profile take as the stage's
         self.watchers: dict[str, subprocess.Popen] = {}
-        self.prometheus = prometheus.Prometheus(self) if box.metrics else None
+        self.prometheus = prometheus.Prometheus(self) if getattr(box, "metrics", False) else None
 
     @property
     def url(self) -> str:
