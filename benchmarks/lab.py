@@ -44,6 +44,10 @@ from benchmarks.studies import book
 def cmd_run(args) -> int:
     opts = options.from_args(args)
     if args.target:
+        if opts.metrics:
+            raise options.OptionsError("--metrics watches the lab's own stage (its app's "
+                                       "/metrics, Nginx, Redis); a --target run has none: "
+                                       "leave --metrics out")
         if opts.floor_seconds is not None:
             raise options.OptionsError("--floor measures stage 8's app on this machine "
                                        "beside the lab's own stages; a --target run has "

@@ -15,7 +15,8 @@ read, started and stopped by the lab with the stage's servers (benchmarks/run/st
 
 Its data (the TSDB) goes to a temporary folder, deleted when it stops: a stage's
 series are what the run folder keeps of it, as answers (`record`: the targets' health,
-the queries' JSON) and a picture of its graph. A run's folder never holds a database.
+the queries' JSON) and a picture of its graph, in its prometheus/ folder (the names:
+benchmarks/run/results.py). A run's folder never holds a database.
 
 REQUIREMENTS: Debian's `prometheus`, `prometheus-nginx-exporter`,
 `prometheus-redis-exporter` (Makefile METRICS_TOOLS; `make setup` installs them).
@@ -49,10 +50,6 @@ BINARIES = ("prometheus", "prometheus-nginx-exporter", "prometheus-redis-exporte
 INSTALL = ("make setup installs them, or as root: apt-get install --no-install-recommends "
            + " ".join(BINARIES))
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # app/metrics.py's (prometheus_client's) name
-FOLDER = "prometheus"  # under the stage's folder: its config, the answers, the picture
-TARGETS_JSON = "targets.json"
-QUERIES_JSON = "queries.json"
-GRAPH_PNG = "graph.png"
 # The app's request rate and its p99, from its counter and its histogram
 REQUESTS = "chat_http_requests_total"
 RATE = "sum(rate(chat_http_requests_total[{w}]))"
@@ -148,7 +145,7 @@ class Prometheus:
 
     def start(self) -> None:
         box, stage = self.stack.box, self.stack.stage
-        folder = self.stack.dir / FOLDER
+        folder = self.stack.dir / results.PROMETHEUS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         conf = folder / "prometheus.yml"
         conf.write_text(config(stage, box))
@@ -198,13 +195,14 @@ def value(answer: dict) -> float | None:
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
-def record(base: str, folder: Path, start: float, end: float, settled: float) -> dict:
-    """The targets' health and each query's answer, into `folder` (targets.json,
-    queries.json): rates over the load's window (`start` to `end`), the app's counter at
-    `start` and at `settled`, when its last requests had been scraped; what queries.json
-    holds."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / TARGETS_JSON).write_text(json.dumps(api(base, "/api/v1/targets"), indent=1))
+def record(base: str, stage_dir: Path, start: float, end: float, settled: float) -> dict:
+    """The targets' health and each query's answer, into the stage's folder
+    (results.PROMETHEUS_TARGETS, _QUERIES): rates over the load's window (`start` to
+    `end`), the app's counter at `start` and at `settled`, when its last requests had
+    been scraped; what the queries' file holds."""
+    (stage_dir / results.PROMETHEUS_DIR).mkdir(parents=True, exist_ok=True)
+    (stage_dir / results.PROMETHEUS_TARGETS).write_text(
+        json.dumps(api(base, "/api/v1/targets"), indent=1))
     asked = {}
     for name, (expr, at) in queries(start, end).items():
         at = settled if name == "app_requests_at_end" else at
@@ -215,7 +213,7 @@ def record(base: str, folder: Path, start: float, end: float, settled: float) ->
            "scrape_interval_s": SCRAPE_INTERVAL_S,
            "app_requests_in_window": None if None in (first, last) else last - first,
            "queries": asked}
-    (folder / QUERIES_JSON).write_text(json.dumps(out, indent=1))
+    (stage_dir / results.PROMETHEUS_QUERIES).write_text(json.dumps(out, indent=1))
     return out
 
 
@@ -264,17 +262,16 @@ def window(stack, say=print) -> Iterator[None]:
     yield
     end = time.time()
     settle()
-    folder = stack.dir / FOLDER
     with forwarded(stack.box) as base:
-        out = record(base, folder, start, end, time.time() - 0.1)
-        up = health(json.loads((folder / TARGETS_JSON).read_text()))
+        out = record(base, stack.dir, start, end, time.time() - 0.1)
+        up = health(json.loads((stack.dir / results.PROMETHEUS_TARGETS).read_text()))
         rate, p99 = (out["queries"][n]["value"] for n in ("app_request_rate", "app_p99_seconds"))
         counted = out["app_requests_in_window"]
         say(f"  prometheus: targets up {sum(h == 'up' for h in up.values())}/{len(up)}; the app "
             f"counted {'?' if counted is None else f'{counted:.0f}'} requests, "
             f"{rate or 0:.1f}/s, p99 {1000 * (p99 or 0):.1f} ms "
-            f"({results.rel(folder / QUERIES_JSON)})")
-        shoot(base, folder / GRAPH_PNG, start, say)
+            f"({results.rel(stack.dir / results.PROMETHEUS_QUERIES)})")
+        shoot(base, stack.dir / results.PROMETHEUS_GRAPH, start, say)
 
 
 def shoot(base: str, out: Path, start: float, say=print) -> None:

@@ -19,7 +19,7 @@ import pytest
 from test_lab import lab, leftovers
 
 from benchmarks import stages
-from benchmarks.run import prometheus
+from benchmarks.run import prometheus, results
 
 STAGE = stages.get("8")
 
@@ -41,7 +41,7 @@ def metrics_run(tmp_path_factory):
 
 
 def answer(stage_dir: Path, name: str) -> float | None:
-    return json.loads((stage_dir / prometheus.FOLDER / prometheus.QUERIES_JSON).read_text())[
+    return json.loads((stage_dir / results.PROMETHEUS_QUERIES).read_text())[
         "queries"][name]["value"]
 
 
@@ -49,13 +49,13 @@ def answer(stage_dir: Path, name: str) -> float | None:
 def test_every_target_was_up_through_the_window(metrics_run):
     proc, stage_dir = metrics_run["proc"], metrics_run["dir"]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    targets = json.loads((stage_dir / prometheus.FOLDER / prometheus.TARGETS_JSON).read_text())
+    targets = json.loads((stage_dir / results.PROMETHEUS_TARGETS).read_text())
     health = prometheus.health(targets)
     wanted = {f"app/{stages.ADDRESS['app']}:{stages.APP_PORT}",
               f"nginx/{stages.ADDRESS['proxy']}:{stages.NGINX_EXPORTER_PORT}",
               f"redis/{stages.ADDRESS['redis']}:{stages.REDIS_EXPORTER_PORT}"}
     assert health == dict.fromkeys(wanted, "up"), health
-    queries = json.loads((stage_dir / prometheus.FOLDER / prometheus.QUERIES_JSON).read_text())
+    queries = json.loads((stage_dir / results.PROMETHEUS_QUERIES).read_text())
     throughout = queries["queries"]["targets_up_throughout"]["answer"]["data"]["result"]
     assert {f"{r['metric']['job']}/{r['metric']['instance']}": r["value"][1]
             for r in throughout} == dict.fromkeys(wanted, "1")
@@ -72,7 +72,7 @@ def test_the_apps_counter_agrees_with_the_requests_the_load_made(metrics_run):
     take (1 ms to 10 s, the histogram's buckets)."""
     stage_dir = metrics_run["dir"]
     assert answer(stage_dir, "app_request_rate") > 0
-    counted = json.loads((stage_dir / prometheus.FOLDER / prometheus.QUERIES_JSON).read_text())[
+    counted = json.loads((stage_dir / results.PROMETHEUS_QUERIES).read_text())[
         "app_requests_in_window"]
     made = json.loads((stage_dir / "metrics.json").read_text())["requests"]
     assert made > 0 and 0.95 <= counted / made <= 1.05, (counted, made)
@@ -87,7 +87,7 @@ def test_the_graph_was_drawn(metrics_run):
     output = metrics_run["proc"].stdout
     if "no screenshot of Prometheus's graph" in output and "not found" in output:
         pytest.skip("no Chromium here (make setup installs it)")
-    picture = stage_dir / prometheus.FOLDER / prometheus.GRAPH_PNG
+    picture = stage_dir / results.PROMETHEUS_GRAPH
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", output[-2000:]
 
 
