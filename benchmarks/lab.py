@@ -33,7 +33,16 @@ from urllib.parse import urlparse
 
 from benchmarks import checks, lab_range, stages
 from benchmarks.analysis import metrics, report
-from benchmarks.run import cli, environment, locust_cli, options, results, runner, slo
+from benchmarks.run import (
+    cli,
+    environment,
+    locust_cli,
+    options,
+    prometheus,
+    results,
+    runner,
+    slo,
+)
 from benchmarks.run.cli import say
 from benchmarks.sandbox import hosts, procs, sandbox, unreachable
 from benchmarks.sockets_tab import stage_shot, web_ui
@@ -361,6 +370,9 @@ def cmd_clean(args) -> int:
     if unreachable.remove_if_unused():
         say(f"deleted the route that made {hosts.BENCHMARK_NET} unreachable from this "
             "machine's network (no lab runs here any more)")
+        cleaned = True
+    for folder in prometheus.remove_stale():
+        say(f"deleted {folder} (--metrics' database; its lab is gone)")
         cleaned = True
     for setting in sandbox.restore_stale_host_sysctls():
         say(f"restored host sysctl {setting}")

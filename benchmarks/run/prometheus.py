@@ -38,14 +38,14 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.run import results
-from benchmarks.sandbox import port_forward, procs
+from benchmarks.sandbox import hosts, port_forward, procs
 from benchmarks.sockets_tab import headless
 
 # Every second: a stage is measured for seconds (the tests' 3 s, 30 s by default), and
 # Prometheus's default minute would give it one point or none; 1 s is the sampler's
 # pace too, so the graph and sampler.csv line up. Cheap at this size: four targets.
 SCRAPE_INTERVAL_S = 1
-# The exporters' binaries, each with the package that has it (the same names)
+# The binaries, each named as the Debian package that has it
 BINARIES = ("prometheus", "prometheus-nginx-exporter", "prometheus-redis-exporter")
 INSTALL = ("make setup installs them, or as root: apt-get install --no-install-recommends "
            + " ".join(BINARIES))
@@ -118,6 +118,18 @@ def data_prefix(pid: int | None = None) -> str:
     """The temporary folder's name begins so: the lab's pid in it, so that what a lab
     killed with -9 left is told from another lab's."""
     return f"ftl-{pid or os.getpid()}-prometheus-"
+
+
+def remove_stale() -> list[Path]:
+    """Delete the temporary folders of labs that are gone (killed with -9, which
+    no `close` follows): `lab clean`. What was deleted."""
+    gone = []
+    for folder in Path(tempfile.gettempdir()).glob("ftl-*-prometheus-*"):
+        owner = folder.name.split("-")[1]
+        if owner.isdigit() and not hosts.pid_alive(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
 
 
 class Prometheus:
