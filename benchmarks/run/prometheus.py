@@ -38,7 +38,7 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.run import results
-from benchmarks.sandbox import hosts, port_forward, procs
+from benchmarks.sandbox import hosts, port_forward, procs, sandbox
 from benchmarks.sockets_tab import headless
 
 # Every second: a stage is measured for seconds (the tests' 3 s, 30 s by default), and
@@ -248,16 +248,19 @@ def health(targets_json: dict) -> dict[str, str]:
 
 
 @contextmanager
-def forwarded(box) -> Iterator[str]:
-    """Prometheus's UI and API at a free port of the machine's 127.0.0.1, forwarded into
-    its host as Locust's UI is (benchmarks/sandbox/port_forward.py); its URL."""
-    listener = port_forward.listen(0)
+def forwarded(box, listener=None) -> Iterator[str]:
+    """Prometheus's UI and API forwarded into its host as Locust's UI is
+    (benchmarks/sandbox/port_forward.py), from `listener` (`lab up`'s, claimed before the
+    stage started) or a free port of the machine's 127.0.0.1; its URL on this machine."""
+    listener = listener or port_forward.listen(0)
+    address, port = listener.getsockname()[:2]
     where = (box.address(stages.METRICS_ROLE), box.port(stages.METRICS_ROLE))
     forward = port_forward.Forward(listener, box.namespace(stages.METRICS_ROLE), where).start()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        yield f"http://{'127.0.0.1' if address == '0.0.0.0' else address}:{port}"
     finally:
-        forward.stop()
+        with sandbox.uninterrupted():  # a second Ctrl-C must not cut the stop short
+            forward.stop()
 
 
 @contextmanager

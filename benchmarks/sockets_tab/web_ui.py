@@ -30,14 +30,14 @@ from pathlib import Path
 
 from benchmarks import stages
 from benchmarks.capture import loop
-from benchmarks.run import locust_cli, results, runner
+from benchmarks.run import locust_cli, prometheus, results, runner
 from benchmarks.run.cli import StageFailed
 from benchmarks.run.options import OptionsError
 from benchmarks.sandbox import port_forward, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
 UI_PORT = 8089  # Locust's own default
-PROMETHEUS_UI_PORT = 9090  # Prometheus's own default (--metrics)
+PROMETHEUS_UI_PORT = stages.PROMETHEUS_PORT  # (--metrics) as on its host: its own default
 LOCUST_START_TIMEOUT = 60.0
 # Where the UI listens, unless --ui-address says: the image sets 0.0.0.0, since a
 # container's port mapping (docker run -p 127.0.0.1:8089:8089) reaches its own interface,
@@ -169,16 +169,10 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
 
 @contextmanager
 def prometheus_ui(box: sandbox.Sandbox, listener: socket.socket | None):
-    """With --metrics (a `listener`, claimed before the stage started): a forward from it
-    into the metrics host's Prometheus, as Locust's UI is forwarded; yields its URL, or
-    None without --metrics."""
+    """With --metrics (a `listener`, claimed before the stage started): Prometheus's UI
+    forwarded from it, as Locust's is; yields its URL, or None without --metrics."""
     if listener is None:
         yield None
         return
-    where = (box.address(stages.METRICS_ROLE), box.port(stages.METRICS_ROLE))
-    forward = port_forward.Forward(listener, box.namespace(stages.METRICS_ROLE), where).start()
-    try:
-        yield local_url(listener)
-    finally:
-        with sandbox.uninterrupted():
-            forward.stop()
+    with prometheus.forwarded(box, listener) as url:
+        yield url
