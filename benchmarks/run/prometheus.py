@@ -164,6 +164,24 @@ class Prometheus:
         for name, role, cmd, port in commands(stage, box, conf, self.folder("tsdb")):
             self.stack._start(name, role, cmd, port=box.port(port), watcher=True)
 
+    def wait_until_scraped(self, timeout: float = 60) -> None:
+        """Until Prometheus has scraped every target once and each answered: its scrape
+        manager starts seconds after its port opens (it waits for its first target
+        update), and a window that began before would find no value of the app's
+        counter at its start. ServiceError (a stage that could not run), with the
+        targets' errors, if not in time."""
+        deadline, up = time.monotonic() + timeout, {}
+        with forwarded(self.stack.box) as base:
+            while time.monotonic() < deadline:
+                found = api(base, "/api/v1/targets")["data"]["activeTargets"]
+                up = {f"{t['labels']['job']}/{t['labels']['instance']}":
+                      t["lastError"] or t["health"] for t in found}
+                if found and set(up.values()) == {"up"}:
+                    return
+                time.sleep(0.2)
+        raise procs.ServiceError(f"Prometheus did not scrape every target within {timeout:g} s: "
+                          f"{up}; see {self.stack.dir / 'prometheus.log'}")
+
     def close(self) -> None:
         """After its processes stopped: the database and the app's files go."""
         if self.root is not None:
@@ -272,6 +290,7 @@ def window(stack, say=print) -> Iterator[None]:
     if stack.prometheus is None:
         yield
         return
+    stack.prometheus.wait_until_scraped()  # (meanwhile the stage was seeded and warmed up)
     settle()
     start = time.time()
     yield

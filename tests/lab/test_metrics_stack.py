@@ -32,7 +32,7 @@ def metrics_run(tmp_path_factory):
         pytest.skip(prometheus.missing_line())
     out = tmp_path_factory.mktemp("metrics-results")
     started = time.monotonic()
-    proc = lab("run", "--stages", STAGE.key, "--metrics", "--duration", "3", "--warmup", "1",
+    proc = lab("run", "--stages", STAGE.key, "--metrics", "--duration", "3", "--warmup", "0",
                "--users", "20", "--no-profile", "--no-screenshots", "--results", str(out),
                timeout=300)
     (out / "lab-output.txt").write_text(proc.stdout + proc.stderr)
