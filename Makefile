@@ -43,6 +43,12 @@ SYSTEM_TOOLS := redis-server:redis-server nginx:nginx-light ip:iproute2 netstat:
 # goes on without them and says what is skipped.
 BROWSER_TOOLS := chromium:chromium chromedriver:chromium-driver
 BROWSER_SKIPPED := the Sockets tab's screenshots and the browser test (tests/lab/test_ui.py) are skipped
+# Prometheus and Debian's exporters, for `lab run/up --metrics` (benchmarks/run/prometheus.py),
+# installed as the browser is, where apt has them. Each Debian package starts a service as
+# it is installed and at boot: setup/services-off.sh installs them with those stopped and
+# disabled (the lab runs its own, per stage, on its hosts).
+METRICS_TOOLS := prometheus:prometheus prometheus-nginx-exporter:prometheus-nginx-exporter prometheus-redis-exporter:prometheus-redis-exporter
+METRICS_SKIPPED := lab --metrics and its test (tests/lab/test_metrics_stack.py) are skipped
 # hdrhistogram has wheels for x86_64 only: elsewhere (an arm64 laptop's VM or image) pip
 # builds it from its sdist, with gcc and the Python headers (setup/arm64_wheels.py).
 MACHINE ?= $(shell uname -m)
@@ -71,7 +77,7 @@ box-check: install
 	@sh setup/preflight.sh netns
 
 system-packages: preflight
-	@missing=""; browser=""; \
+	@missing=""; browser=""; metrics=""; \
 	for pair in $(SYSTEM_TOOLS); do \
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null 2>&1 || missing="$$missing $$pkg"; \
@@ -80,15 +86,20 @@ system-packages: preflight
 	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$tool >/dev/null 2>&1 || browser="$$browser $$pkg"; \
 	done; \
+	for pair in $(METRICS_TOOLS); do \
+	  tool=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$tool >/dev/null 2>&1 || metrics="$$metrics $$pkg"; \
+	done; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	$(BUILD_TOOLS_CHECK) \
-	if [ -n "$$missing$$browser" ]; then \
+	if [ -n "$$missing$$browser$$metrics" ]; then \
 	  if ! command -v apt-get >/dev/null 2>&1; then \
 	    [ -z "$$missing" ] || { echo "setup: missing system packages (Debian's names):$$missing; no apt-get here: install them with this system's package manager, then run make again"; exit 1; }; \
-	    echo "setup: no$$browser here, and no apt-get: going on without it; $(BROWSER_SKIPPED)"; \
+	    [ -z "$$browser" ] || echo "setup: no$$browser here, and no apt-get: going on without it; $(BROWSER_SKIPPED)"; \
+	    [ -z "$$metrics" ] || echo "setup: no$$metrics here, and no apt-get: going on without them; $(METRICS_SKIPPED)"; \
 	    exit 0; \
 	  elif [ "$$(id -u)" != 0 ]; then \
-	    echo "setup: missing system packages:$$missing$$browser; install them, then run make again: sudo apt-get install$$missing$$browser"; \
+	    echo "setup: missing system packages:$$missing$$browser$$metrics; install them, then run make again: sudo apt-get install$$missing$$browser$$metrics"; \
 	    exit 1; \
 	  fi; \
 	  apt-get update -qq || exit 1; \
@@ -97,9 +108,18 @@ system-packages: preflight
 	    apt-cache show --no-all-versions $$pkg 2>/dev/null | grep -q '^Version:' && missing="$$missing $$pkg" || unknown="$$unknown $$pkg"; \
 	  done; \
 	  [ -z "$$unknown" ] || echo "setup: no apt package$$unknown here (Ubuntu ships Chromium as a snap): going on without it; $(BROWSER_SKIPPED)"; \
+	  known=""; \
+	  for pkg in $$metrics; do \
+	    apt-cache show --no-all-versions $$pkg 2>/dev/null | grep -q "^Version:" && known="$$known $$pkg"; \
+	  done; \
+	  [ -z "$$metrics" ] || [ "$$known" = "$$metrics" ] || echo "setup: no apt package for some of$$metrics here: going on without them; $(METRICS_SKIPPED)"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "setup: installing$$missing with apt-get"; \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing; \
+	  fi; \
+	  if [ -n "$$known" ] && [ "$$known" = "$$metrics" ]; then \
+	    echo "setup: installing$$known with apt-get, their services left stopped (setup/services-off.sh)"; \
+	    sh setup/services-off.sh$$known || exit 1; \
 	  fi; \
 	fi
 

@@ -33,7 +33,16 @@ from urllib.parse import urlparse
 
 from benchmarks import checks, lab_range, stages
 from benchmarks.analysis import metrics, report
-from benchmarks.run import cli, environment, locust_cli, options, results, runner, slo
+from benchmarks.run import (
+    cli,
+    environment,
+    locust_cli,
+    options,
+    prometheus,
+    results,
+    runner,
+    slo,
+)
 from benchmarks.run.cli import say
 from benchmarks.sandbox import hosts, procs, sandbox, unreachable
 from benchmarks.sockets_tab import stage_shot, web_ui
@@ -44,6 +53,10 @@ from benchmarks.studies import book
 def cmd_run(args) -> int:
     opts = options.from_args(args)
     if args.target:
+        if opts.metrics:
+            raise options.OptionsError("--metrics watches the lab's own stage (its app's "
+                                       "/metrics, Nginx, Redis); a --target run has none: "
+                                       "leave --metrics out")
         if opts.floor_seconds is not None:
             raise options.OptionsError("--floor measures stage 8's app on this machine "
                                        "beside the lab's own stages; a --target run has "
@@ -152,16 +165,20 @@ def cmd_up(args) -> int:
                               apply_host_sysctls=args.apply_host_sysctls,
                               results=Path(args.results), server_cpus=args.server_cpus,
                               client_cpus=args.client_cpus, app_cpus=args.app_cpus,
-                              client_hosts=args.client_hosts)
+                              client_hosts=args.client_hosts, metrics=args.metrics)
     state = results.up_state(opts.results)
     runner.refuse_if_up(opts.results)
     listener = web_ui.claim_port(args.ui_port, args.ui_address)  # before anything starts
     ui_address, ui_port = listener.getsockname()[:2]   # (host mode hands it to Locust)
+    # --metrics: Prometheus's UI on the machine, at the same address as Locust's
+    watching = web_ui.claim_port(args.metrics_port, args.ui_address) if args.metrics else None
     with runner.running_stage(stage, opts) as (box, stack, users_file), \
-            web_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url:
+            web_ui.stage_ui(stage, box, stack, users_file, listener) as ui_url, \
+            web_ui.prometheus_ui(box, watching) as metrics_url:
         results.write_json(state, {
             "stage": stage.key, "pid": os.getpid(), "mode": box.mode, "url": stack.url,
-            "ui_url": ui_url, "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
+            "ui_url": ui_url, "metrics_url": metrics_url,
+            "sockets_csv": str(stack.dir / results.SAMPLER_CSV),
             "users_file": str(users_file), "user_classes": list(stage.users),
             "chat_settings": stage.chat_settings,
             "hosts": {role: {"prefix": box.prefix(role), "address": box.address(role),
@@ -169,6 +186,8 @@ def cmd_up(args) -> int:
                       for role in box.roles}})
         try:
             say_up(stage, box, stack, ui_url, ui_port, ui_address)
+            if metrics_url:
+                say(metrics_line(metrics_url, watching.getsockname()[1], ui_address))
             say("  Ctrl-C stops it")
             # a stage whose server died is not served on: say which, and stop
             while (down := stack.down()) is None:
@@ -222,6 +241,14 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
     lines.append(f"  in another terminal: python -m benchmarks.lab exec -- ss -s "
                  f"(--host {', '.join(others[:-1])} or {others[-1]} for the others)")
     return lines
+
+
+def metrics_line(url: str, port: int, address: str) -> str:
+    """`lab up --metrics`'s line: where Prometheus's UI is, reached as Locust's is."""
+    if address == "127.0.0.1":
+        return (f"  Prometheus (--metrics): {url}/graph  (from a laptop: ssh -L "
+                f"{port}:127.0.0.1:{port} user@this-machine)")
+    return f"  Prometheus (--metrics): {url}/graph, listening on {address}:{port}"
 
 
 def cmd_exec(args) -> int:
@@ -344,6 +371,9 @@ def cmd_clean(args) -> int:
         say(f"deleted the route that made {hosts.BENCHMARK_NET} unreachable from this "
             "machine's network (no lab runs here any more)")
         cleaned = True
+    for folder in prometheus.remove_stale():
+        say(f"deleted {folder} (--metrics' database; its lab is gone)")
+        cleaned = True
     for setting in sandbox.restore_stale_host_sysctls():
         say(f"restored host sysctl {setting}")
         cleaned = True
@@ -402,9 +432,24 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
+    add_metrics(run)
     run.add_argument("--no-profile", dest="profile", action="store_false",
                      help="skip py-spy on the app server while measured (profile.svg and "
                           "profile.folded, and the CPU shares by bucket in the metrics)")
+
+
+def add_metrics(parser: argparse.ArgumentParser, ui: bool = False) -> None:
+    """--metrics, for `run` and `up`; with `ui` (`up`), --metrics-port."""
+    parser.add_argument("--metrics", action="store_true",
+                        help="Prometheus on a host of its own (`metrics`), scraping the app's "
+                             "/metrics and exporters beside Nginx and Redis every second; "
+                             "`run` keeps each stage's answers and a graph in its "
+                             "prometheus/ folder (Debian's prometheus, "
+                             "prometheus-nginx-exporter, prometheus-redis-exporter)")
+    if ui:
+        parser.add_argument("--metrics-port", type=int, default=web_ui.PROMETHEUS_UI_PORT,
+                            help="with --metrics: the machine's port for Prometheus's UI "
+                                 f"(default {web_ui.PROMETHEUS_UI_PORT}), at --ui-address")
 
 
 def add_host_counts(parser: argparse.ArgumentParser, defaults: options.RunOptions) -> None:
@@ -454,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "default), or 0.0.0.0, every interface, for a container's port "
                          f"mapping or a VM's forwarded port (the image's default, from "
                          f"${web_ui.UI_ADDRESS_ENV}; a VM's, from {web_ui.BOX_CONF})")
+    add_metrics(up, ui=True)
     add_host_counts(up, defaults)
     cli.add_sandbox_options(up)
     up.set_defaults(func=cmd_up)

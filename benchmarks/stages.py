@@ -106,11 +106,15 @@ HOSTS: tuple[Host, ...] = (
     Host("app", "198.18.0.30", "the app server"),
     Host("app2", "198.18.0.31", "a second app server, in stages that scale out"),
     Host("redis", "198.18.0.40", "Redis"),
+    Host("metrics", "198.18.0.50", "Prometheus, with --metrics (exporters: on their hosts)"),
 )
 ADDRESS = {h.role: h.address for h in HOSTS}
 APP_ROLES = ("app", "app2")  # the app hosts, in order: a stage with N uses the first N
 CLIENT_ROLES = ("client", "client2")  # the load hosts: a run with --client-hosts N, the first N
 SERVER_ROLES = ("proxy", *APP_ROLES, "redis")  # one CPU set; the client has the other
+# The host that watches (--metrics: benchmarks/run/prometheus.py), which a run adds: on the
+# client's CPUs, as the sampler, off the measured servers' core (hosts.Placement).
+METRICS_ROLE = "metrics"
 # The load generator's host gets these profiles on top of the baseline (sysctl/90-client.conf:
 # a wide port range, so that Locust never runs out of local ports).
 CLIENT_SYSCTL = ("baseline", "client")
@@ -121,6 +125,7 @@ REDIS_PORT = 6379
 APP_PORT = 8000
 SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
+PROMETHEUS_PORT, NGINX_EXPORTER_PORT, REDIS_EXPORTER_PORT = 9090, 9113, 9121  # their defaults
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
 KV_LOCUSTFILE = "benchmarks/kv.py"  # the book's benchmark, KeyValueUser
@@ -271,7 +276,7 @@ class Stage:
     def roles(self) -> tuple[str, ...]:
         """The hosts this stage needs: the proxy only when it has a front, `app2` only
         when it has two app hosts, `client2` only when it needs two load hosts."""
-        unused = {"proxy"} if not self.front else set()
+        unused = {"proxy", METRICS_ROLE} if not self.front else {METRICS_ROLE}  # (a run's)
         unused |= set(APP_ROLES[self.app_hosts:]) | set(CLIENT_ROLES[self.client_hosts:])
         return tuple(h.role for h in HOSTS if h.role not in unused)
 

@@ -35,11 +35,22 @@ def gunicorn_args(path) -> list[str]:
     return ["--access-logfile", str(path), "--access-logformat", '"%(r)s" %(s)s %(L)s']
 
 
+# Prometheus's scrapes of the app (--metrics; app/metrics.py's PATH): a line a second in
+# the app's access log, none of the load's requests
+SCRAPE_PATH = "/metrics"
+
+
+def of_the_api(path: str) -> bool:
+    """A request line's path is the chat API's: not Socket.IO's own HTTP requests, not
+    a scrape."""
+    return not path.startswith("/socket.io/") and path.split("?", 1)[0] != SCRAPE_PATH
+
+
 def count_answered(log: Path, offset: int = 0) -> dict:
     """Responses in an access log from byte `offset` on: all, answered (2xx/3xx), POSTs
     answered 502, and those Nginx sent to the app twice (its upstream times a pair).
-    Socket.IO's own HTTP requests (handshakes, upgrades) are left out: Locust's
-    headline counts HTTP requests of the chat API."""
+    Socket.IO's own HTTP requests (handshakes, upgrades) and Prometheus's scrapes are
+    left out (of_the_api): Locust's headline counts HTTP requests of the chat API."""
     with open(log, "rb") as f:
         f.seek(offset)
         return tally(f)
@@ -51,7 +62,7 @@ def tally(raw_lines) -> dict:
     for raw in raw_lines:
         line = ANSI_COLOUR.sub("", raw.decode("utf-8", "replace"))
         match = REQUEST_LINE.search(line)
-        if not match or match["path"].startswith("/socket.io/"):
+        if not match or not of_the_api(match["path"]):
             continue
         responses += 1
         answered += match["status"][0] in "23"
@@ -72,7 +83,7 @@ def server_latency(log: Path, offset: int = 0) -> dict:
             for raw in f:
                 line = raw.decode("utf-8", "replace")
                 match = REQUEST_LINE.search(line)
-                if not match or match["path"].startswith("/socket.io/"):
+                if not match or not of_the_api(match["path"]):
                     continue
                 last = line[match.end():].split()[-1:]
                 if last and _seconds(last[0]) is not None:

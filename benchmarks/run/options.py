@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from benchmarks import stages
-from benchmarks.run import results, slo
+from benchmarks.run import prometheus, results, slo
 from benchmarks.sandbox import hosts, procs
 from benchmarks.stages import Stage
 
@@ -66,6 +66,9 @@ class RunOptions:
     floor_seconds: float | None = None
     # checks left out by name (--leave-out-checks): still judged and shown, never counted
     leave_out_checks: tuple[str, ...] = ()
+    # --metrics: Prometheus on a host of its own, exporters beside Nginx and Redis, the
+    # app's /metrics on (benchmarks/run/prometheus.py)
+    metrics: bool = False
 
     def __post_init__(self):
         if not self.stages:
@@ -113,6 +116,8 @@ class RunOptions:
         missing = procs.missing_environments(self.stages)
         if missing:
             raise OptionsError("\n".join(missing))
+        if self.metrics and prometheus.missing_line():
+            raise OptionsError(prometheus.missing_line())
         self.placement  # noqa: B018 - a CPU set this machine does not have fails here
 
     @property
@@ -143,8 +148,7 @@ class RunOptions:
                 "repeats": self.repeats, "profile": self.profile,
                 "slo": [o.text for o in self.slo], "arrival_rate": self.arrival_rate,
                 "floor_seconds": self.floor_seconds,
-
-                "leave_out_checks": list(self.leave_out_checks)}
+                "leave_out_checks": list(self.leave_out_checks), "metrics": self.metrics}
 
 
 def check_names() -> set[str]:
@@ -217,7 +221,7 @@ def from_args(args) -> RunOptions:
         arrival_rate=getattr(args, "arrival_rate", None),
         floor_seconds=floor_seconds(args),
         leave_out_checks=tuple(n for n in getattr(args, "leave_out_checks", "").replace(
-            ",", " ").split()))
+            ",", " ").split()), metrics=getattr(args, "metrics", False))
 
 
 def floor_seconds(args) -> float | None:

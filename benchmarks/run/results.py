@@ -112,6 +112,12 @@ SOCKETS_SCREENSHOT = "sockets-tab.png"
 SOCKETS_SHOT_LOG = "sockets-tab.log"  # the Locust web UI that showed it
 LOCUST_UI_LOG = "locust-ui.log"  # `lab up`'s Locust web UI
 CHECKS_JSON = "checks.json"
+# --metrics (benchmarks/run/prometheus.py): prometheus/ holds its config, the targets'
+# health and the queries' answers over the measured window (/api/v1/...), and its graph
+PROMETHEUS_DIR = "prometheus"
+PROMETHEUS_TARGETS = "prometheus/targets.json"
+PROMETHEUS_QUERIES = "prometheus/queries.json"
+PROMETHEUS_GRAPH = "prometheus/graph.png"
 # py-spy on the app server (benchmarks/profile/): collapsed stacks, one `frame;frame;... count`
 # a line, and the flame graph drawn from them
 PROFILE_STACKS = "profile.folded"

@@ -336,12 +336,13 @@ def recorded(load: Load, stage_dir: Path, opts: RunOptions,
 def measured(stage: Stage, box: sandbox.Sandbox, stack: Stack, load: Load, stage_dir: Path,
              users_file: Path, opts: RunOptions, classes) -> int | None:
     """`measure` with its window's recorders, a crash twin's probe among them, which is
-    waited for after the window (its recovery may outlast it)."""
+    waited for after the window (its recovery may outlast it); --metrics' answers too."""
     crashing: list[subprocess.Popen] = []
     crash_probe = (partial(crash.start, box, stack, stage_dir, users_file, opts.duration)
                    if crash.wanted(stage) else None)
-    count_from = measure(load, stage_dir, users_file, opts, classes, partial(
-        recorded, load, stage_dir, opts, crash_probe, crashing))
+    with stack.watching(say):
+        count_from = measure(load, stage_dir, users_file, opts, classes, partial(
+            recorded, load, stage_dir, opts, crash_probe, crashing))
     for probe in crashing:
         say(f"  {crash.finish(probe, stage_dir, opts.duration)}")
     return count_from
@@ -416,8 +417,8 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
     shown.stage(shown.index + 1 if shown.total > 1 else 1, f"{stage.key} {stage.slug}")
     shown.phase(f"{stage.title}; starting its hosts and servers")
     opts = measured_as(stage, opts)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement, client_hosts=opts.client_hosts) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls, opts.placement,
+                         client_hosts=opts.client_hosts, metrics=opts.metrics) as box:
         for note in box.notes:
             say(f"  note: {note}")
         stack = Stack(stage, box, stage_dir)
@@ -541,8 +542,8 @@ def running_stage(stage: Stage, opts: RunOptions):
         for f in sorted(stage_dir.rglob("*"), reverse=True):
             f.unlink() if f.is_file() or f.is_symlink() else f.rmdir()
     stage_dir.mkdir(parents=True, exist_ok=True)
-    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls,
-                         opts.placement, client_hosts=opts.client_hosts) as box:
+    with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls, opts.placement,
+                         client_hosts=opts.client_hosts, metrics=opts.metrics) as box:
         stack = Stack(stage, box, stage_dir)
         try:
             stack.start()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.analysis import access_logs
-from benchmarks.run import results
+from benchmarks.run import prometheus, results
 from benchmarks.run.cli import StageFailed
 from benchmarks.sandbox import nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
@@ -29,6 +29,10 @@ class Stack:
         self.roles: dict[str, str] = {}  # process name -> its host's role
         self.programs: dict[str, str] = {}  # process name -> its program (granian, nginx)
         self.secret = secrets.token_hex(16)
+        # --metrics: Prometheus and its exporters, watchers of the stage, not its servers:
+        # neither among the processes the sampler and the profile take as the stage's
+        self.watchers: dict[str, subprocess.Popen] = {}
+        self.prometheus = prometheus.Prometheus(self) if getattr(box, "metrics", False) else None
 
     @property
     def url(self) -> str:
@@ -55,19 +59,24 @@ class Stack:
         command = self.stage.commands()[server]
         timed = {} if command[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
+        watched = self.prometheus.app_env(role, server) if self.prometheus else {}
         return procs.child_env(procs.environment_bin(self.stage.server_environment(server)),
                                FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
                                FLASK_REDIS_MODE=self.stage.redis_mode,
                                FLASK_PASSWORD_HASH_METHOD="pbkdf2:sha256:1000",
-                               GUNICORN_CMD_ARGS=access_log, **self.stage.env)
+                               GUNICORN_CMD_ARGS=access_log, **self.stage.env, **watched)
 
     def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None,
-               port: int | None = None) -> None:
+               port: int | None = None, watcher: bool = False) -> None:
         """Start `cmd` on `role`'s host as process `name` (its log `name`.log), and wait
-        until its port (the host's own, or `port`) answers."""
+        until its port (the host's own, or `port`) answers. A `watcher` (--metrics) is
+        kept apart from the stage's servers."""
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or procs.child_env(), cwd=ROOT)
-        self.procs[name], self.roles[name] = proc, role
+        if watcher:
+            self.watchers[name] = proc
+        else:
+            self.procs[name], self.roles[name] = proc, role
         self.programs[name] = Path(cmd[0]).name
         try:
             procs.wait_for_port(port or self.box.port(role), host=self.box.address(role),
@@ -109,6 +118,8 @@ class Stack:
             if checked.returncode != 0:
                 raise StageFailed(f"nginx -t rejected {conf}:\n{checked.stderr}")
             self._start("nginx", "proxy", nginx_conf.command(conf))
+        if self.prometheus:
+            self.prometheus.start()
 
     def wait_for_health(self, url: str, timeout: float = 30) -> None:
         """Until the app answers /healthz 200 to the client host: the port opens before
@@ -135,7 +146,7 @@ class Stack:
         master, say granian's after its worker died, or gunicorn's), or None while every
         one runs. The lab started each as the process it watches (`ip netns exec` and
         `taskset` become the program)."""
-        for name, proc in self.procs.items():
+        for name, proc in {**self.procs, **self.watchers}.items():
             code = proc.poll()
             if code is not None:
                 how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"code {code}"
@@ -151,7 +162,14 @@ class Stack:
             return f"app server{host}"
         if name in map(socketio_name, self.stage.app_roles):
             return f"Socket.IO server{host}"
-        return {"redis": "Redis", "nginx": "front (Nginx)"}.get(name, name)
+        return {"redis": "Redis", "nginx": "front (Nginx)", "prometheus": "Prometheus",
+                "nginx_exporter": "Nginx's exporter",
+                "redis_exporter": "Redis's exporter"}.get(name, name)
+
+    def watching(self, say):
+        """Around a measured window: with --metrics, what Prometheus saw of it, kept in
+        the stage's folder (prometheus.window); nothing without."""
+        return prometheus.window(self, say)
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items()}
@@ -163,9 +181,15 @@ class Stack:
         # QUIT goes to gunicorn's master only, which hands it to its workers: a second QUIT
         # (the group's) arriving inside a gthread worker's first one's handler deadlocks in
         # ThreadPoolExecutor.shutdown (CPython issue 121649) until the KILL 10 s later.
+        # The watchers first (--metrics): a server gone before its watcher would be a
+        # scrape failure in Prometheus's last seconds.
         with sandbox.uninterrupted():
+            procs.stop_all([(self.watchers.pop(name), signal.SIGTERM, False)
+                            for name in reversed(list(self.watchers))])
             procs.stop_all([(self.procs.pop(name), *self._stop_signal(name))
                             for name in reversed(list(self.procs))])
+            if self.prometheus:
+                self.prometheus.close()
 
     def _stop_signal(self, name: str) -> tuple[int, bool]:
         """(signal, to the group's leader only): QUIT to a gunicorn app server's master,

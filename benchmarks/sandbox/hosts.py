@@ -51,7 +51,7 @@ from benchmarks.lab_range import (  # noqa: F401  (the lab's range, named here t
     outside_refusal,
 )
 from benchmarks.sandbox import unreachable
-from benchmarks.stages import APP_ROLES, CLIENT_ROLES, HOSTS, Host
+from benchmarks.stages import APP_ROLES, CLIENT_ROLES, HOSTS, METRICS_ROLE, Host
 
 SUBNET = ipaddress.ip_network("198.18.0.0/24")
 BRIDGE = "br0"
@@ -144,9 +144,10 @@ class Placement:
 
     def cpus(self, roles: Iterable[str]) -> dict[str, frozenset[int]]:
         """role -> CPU set, for Network(cpus=...): an app host with a set of its own
-        (--app-cpus) on it, the other server roles on the server's."""
+        (--app-cpus) on it, the other server roles on the server's; the metrics host
+        (--metrics) on the client's, as the sampler, off the measured servers' core."""
         own = dict(zip(APP_ROLES, self.apps, strict=False))  # fewer sets: the rest share
-        return {r: self.client if r in CLIENT_ROLES else own.get(r, self.server)
+        return {r: self.client if r in (*CLIENT_ROLES, METRICS_ROLE) else own.get(r, self.server)
                 for r in roles}
 
     def as_dict(self) -> dict:

@@ -102,7 +102,8 @@ class Sandbox:
     """
 
     def __init__(self, stage: stages.Stage, mode: str = "netns", apply_sysctls: bool = False,
-                 placement=None, tag: str | None = None, client_hosts: int = 1):
+                 placement=None, tag: str | None = None, client_hosts: int = 1,
+                 metrics: bool = False):
         if mode not in ("netns", "host"):
             raise SandboxError(f"unknown sandbox {mode!r}: use netns or host")
         self.stage, self.mode = stage, mode
@@ -110,7 +111,10 @@ class Sandbox:
         self.clients = stage.clients_for(client_hosts)  # at least the stage's own
         if len(self.clients) > 1 and mode != "netns":
             raise SandboxError("several client hosts need --sandbox netns")
-        self.roles = stage.roles_with_clients(client_hosts)
+        # --metrics: Prometheus's host too (benchmarks/run/prometheus.py)
+        self.metrics = metrics
+        self.roles = (*stage.roles_with_clients(client_hosts),
+                      *((stages.METRICS_ROLE,) if metrics else ()))
         self.placement = placement or hosts.placement()
         self.entry_role = "proxy" if stage.front else "app"
         self._saved: dict[str, str] = {}
@@ -120,7 +124,11 @@ class Sandbox:
             # `socketio`: the Socket.IO server's port on each app host (stage 9)
             self.ports = {"redis": stages.REDIS_PORT, "proxy": stages.FRONT_PORT,
                           **{role: stages.APP_PORT for role in stages.APP_ROLES},
-                          "socketio": stages.SOCKETIO_PORT}
+                          "socketio": stages.SOCKETIO_PORT,
+                          # --metrics: Prometheus, and each exporter beside what it reads
+                          stages.METRICS_ROLE: stages.PROMETHEUS_PORT,
+                          "nginx_exporter": stages.NGINX_EXPORTER_PORT,
+                          "redis_exporter": stages.REDIS_EXPORTER_PORT}
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
@@ -134,7 +142,10 @@ class Sandbox:
                 raise SandboxError(f"stage {stage.key} runs {stage.app_hosts} app hosts: it "
                                    "needs --sandbox netns (root and iproute2)")
             self.ports = {"redis": procs.free_port(), "app": procs.free_port(),
-                          "proxy": procs.free_port(), "socketio": procs.free_port()}
+                          "proxy": procs.free_port(), "socketio": procs.free_port(),
+                          **({name: procs.free_port() for name in (
+                              stages.METRICS_ROLE, "nginx_exporter", "redis_exporter")}
+                             if metrics else {})}
             self.wanted = {role: stages.stage_sysctls(stage) for role in self.roles}
         self._taskset = {role: ["taskset", "-c", hosts.format_cpus(cpus)]
                          for role, cpus in self.placement.cpus(self.roles).items()}

@@ -185,6 +185,15 @@ def show_in_header(driver, figures: dict[str, str]) -> None:
     driver.execute_script(_SET_HEADER, figures)
 
 
+def wait_for_graphs(driver, count: int, seconds: float = 30) -> None:
+    """Until Prometheus's graph page (its classic UI, Debian's) has drawn `count` panels'
+    lines (rickshaw's SVG paths)."""
+    from selenium.webdriver.common.by import By
+
+    _wait(lambda: len(driver.find_elements(By.CSS_SELECTOR, "div.graph svg path")) >= count,
+          seconds, f"Prometheus's graph page drew fewer than {count} lines")
+
+
 def header_text(driver) -> str:
     from selenium.webdriver.common.by import By
 

@@ -28,14 +28,16 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks import stages
 from benchmarks.capture import loop
-from benchmarks.run import locust_cli, results, runner
+from benchmarks.run import locust_cli, prometheus, results, runner
 from benchmarks.run.cli import StageFailed
 from benchmarks.run.options import OptionsError
 from benchmarks.sandbox import port_forward, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
 UI_PORT = 8089  # Locust's own default
+PROMETHEUS_UI_PORT = stages.PROMETHEUS_PORT  # (--metrics) as on its host: its own default
 LOCUST_START_TIMEOUT = 60.0
 # Where the UI listens, unless --ui-address says: the image sets 0.0.0.0, since a
 # container's port mapping (docker run -p 127.0.0.1:8089:8089) reaches its own interface,
@@ -163,3 +165,14 @@ def stage_ui(stage: Stage, box: sandbox.Sandbox, stack: runner.Stack, users_file
             listener.close()
             for proc in reversed(started):
                 procs.stop(proc, sig=signal.SIGTERM)
+
+
+@contextmanager
+def prometheus_ui(box: sandbox.Sandbox, listener: socket.socket | None):
+    """With --metrics (a `listener`, claimed before the stage started): Prometheus's UI
+    forwarded from it, as Locust's is; yields its URL, or None without --metrics."""
+    if listener is None:
+        yield None
+        return
+    with prometheus.forwarded(box, listener) as url:
+        yield url

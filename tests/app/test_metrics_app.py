@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app import metrics
 from app.settings import ConfigError
 from benchmarks import servers
+from benchmarks.analysis import access_logs
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
 
@@ -44,6 +45,8 @@ def metered(make_app):
 
 def test_off_by_default_no_route_and_no_hook(app):
     assert app.config["METRICS"] is False
+    assert access_logs.SCRAPE_PATH == metrics.PATH  # the lab leaves the scrapes uncounted
+    assert not access_logs.of_the_api("/metrics") and access_logs.of_the_api("/users/me")
     assert app.test_client().get(metrics.PATH).status_code == 404
     assert not any(r.rule == metrics.PATH for r in app.url_map.iter_rules())
 

@@ -122,8 +122,10 @@ def makefile_pairs(name: str) -> list[tuple[str, str]]:
 
 
 def system_tools() -> list[str]:
-    """The tools `make system-packages` looks for (SYSTEM_TOOLS and BROWSER_TOOLS)."""
-    return [tool for tool, _ in makefile_pairs("SYSTEM_TOOLS") + makefile_pairs("BROWSER_TOOLS")]
+    """The tools `make system-packages` looks for (SYSTEM_TOOLS, BROWSER_TOOLS and
+    METRICS_TOOLS)."""
+    return [tool for tool, _ in makefile_pairs("SYSTEM_TOOLS") + makefile_pairs("BROWSER_TOOLS")
+            + makefile_pairs("METRICS_TOOLS")]
 
 
 def bin_without_apt(tmp_path: Path, leave_out: str = "") -> Path:
@@ -157,6 +159,23 @@ def test_without_apt_get_make_setup_goes_on_when_every_tool_is_there(tmp_path, l
     assert said == ["setup: missing system packages (Debian's names): wrk; no apt-get here: "
                     "install them with this system's package manager, then run make again"], \
         ran.stdout + ran.stderr
+
+
+def test_without_apt_get_and_a_metrics_tool_make_setup_goes_on_and_says_what_is_skipped(
+        tmp_path):
+    """Prometheus and its exporters serve --metrics alone: a box without them (and without
+    apt-get) still sets up, and is told what it goes without."""
+    folder = bin_without_apt(tmp_path, "prometheus")
+    missing = [t for t in system_tools() if not (folder / t).exists() and t != "prometheus"]
+    if missing:
+        pytest.skip(f"this box lacks {missing}")
+    ran = subprocess.run([shutil.which("make"), "-s", "preflight", "system-packages",
+                          f"PYTHON={sys.executable}"], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, env={**os.environ, "PATH": str(folder)})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    said = [ln for ln in (ran.stdout + ran.stderr).splitlines() if ln.startswith("setup:")]
+    assert said == ["setup: no prometheus here, and no apt-get: going on without them; lab "
+                    "--metrics and its test (tests/lab/test_metrics_stack.py) are skipped"], said
 
 
 def browser_skipped() -> str:

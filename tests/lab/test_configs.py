@@ -77,8 +77,10 @@ NO_CONTROL_SOCKET = dict(control_socket_disable=True)
 
 class Box:
     """What Stack needs of a sandbox: every host on 127.0.0.1 with a free port of its
-    own (so that `nginx -t` can bind the proxy's), the Socket.IO server's too, and no
-    prefix."""
+    own (so that `nginx -t` can bind the proxy's), the Socket.IO server's too, no
+    prefix, and no --metrics."""
+
+    metrics = False
 
     def __init__(self, stage: stages.Stage):
         self.ports = {role: procs.free_port() for role in (*stage.roles, "socketio")}

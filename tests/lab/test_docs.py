@@ -945,12 +945,12 @@ def test_unknown_and_broken_commands_are_reported(tmp_path):
 
 
 def test_docs_name_every_package_make_setup_installs():
-    """README and lab 00 list what `make setup` installs: the Makefile's SYSTEM_TOOLS and
-    BROWSER_TOOLS."""
+    """README and lab 00 list what `make setup` installs: the Makefile's SYSTEM_TOOLS,
+    BROWSER_TOOLS and METRICS_TOOLS."""
     lines = [ln for ln in (ROOT / "Makefile").read_text().splitlines()
-             if ln.startswith(("SYSTEM_TOOLS :=", "BROWSER_TOOLS :="))]
+             if ln.startswith(("SYSTEM_TOOLS :=", "BROWSER_TOOLS :=", "METRICS_TOOLS :="))]
     packages = [pair.split(":")[1] for ln in lines for pair in ln.split(":=", 1)[1].split()]
-    assert len(lines) == 2 and len(packages) >= 10, packages
+    assert len(lines) == 3 and len(packages) >= 13, packages
     for path in (ROOT / "README.md", EXERCISES / "00-setup.md"):
         text = path.read_text()
         missing = [p for p in packages if f"`{p}`" not in text]

@@ -178,7 +178,7 @@ def test_names_and_addresses(network):
     assert set(ours(me)) >= {*net.names().values(), net.bridge_namespace}
     assert [net.address(r) for r in hosts.ROLES] == [
         "198.18.0.10", "198.18.0.11", "198.18.0.20", "198.18.0.30", "198.18.0.31",
-        "198.18.0.40"]
+        "198.18.0.40", "198.18.0.50"]
     for role in hosts.ROLES:
         shown = run(["ip", "-n", net.namespace(role)], "-o", "-4", "addr", "show", "dev", "eth0")
         assert f"inet {net.address(role)}/24" in shown

@@ -498,9 +498,9 @@ def host_scene(tmp_path_factory):
 # what each host's table holds, by the FLOWS (wait_for_port's probes add one
 # client-first TIME_WAIT on the app and the redis host, over their own addresses)
 EXPECTED_TW = {"client": 30, "client2": 0, "proxy": 5, "app": 20 + 12 + 9 + 6 + 1, "app2": 4,
-               "redis": 7 + 3 + 1}
+               "redis": 7 + 3 + 1, "metrics": 0}
 EXPECTED_ESTAB = {"client": 4, "client2": 0, "proxy": 1, "app": 4 + 3 + 2 * 2 + 1, "app2": 2,
-                  "redis": 3 + 2}
+                  "redis": 3 + 2, "metrics": 0}
 
 
 @pytest.mark.netns
@@ -517,14 +517,14 @@ def test_hosts_each_table_by_host_pair(host_scene):
         "tw_total_client", "estab_total_client", "tw_total_client2", "estab_total_client2",
         "tw_total_proxy", "estab_total_proxy",
         "tw_total_app", "estab_total_app", "tw_total_app2", "estab_total_app2",
-        "tw_total_redis", "estab_total_redis",
+        "tw_total_redis", "estab_total_redis", "tw_total_metrics", "estab_total_metrics",
         "tw_front", "tw_front_client", "tw_front_server", "estab_front",
         "tw_redis", "tw_redis_client", "tw_redis_server", "estab_redis",
         "cpu_sampler", "rss_mb_sampler",
         *(f"{stem}_{host}" for host in EXPECTED_TW for stem in tables.KERNEL_COUNTERS)]
     assert 3 <= len(rows) <= 5
     for row in rows:
-        got = {c: int(row[c]) for c in header[2:24]}
+        got = {c: int(row[c]) for c in header[2:26]}
         assert got == {
             "tw_total": sum(EXPECTED_TW.values()), "estab_total": sum(EXPECTED_ESTAB.values()),
             **{f"tw_total_{h}": n for h, n in EXPECTED_TW.items()},
