@@ -92,6 +92,14 @@ timeout = 30
 # gunicorn's default, spelled out: on SIGTERM workers get 30 s to finish what
 # they serve.
 graceful_timeout = 30
+# gunicorn's default, spelled out: workers are not recycled. With `max_requests`
+# a worker exits after that many requests, and with one worker per core (here, on
+# the lab's one server core, one worker) every restart stalls every request while
+# the next worker starts: p99.9 rose about 12x, to 2-3 s, in every repeat of lab
+# 17's study. Recycle only to contain a leak you cannot fix yet, with several
+# workers and `max_requests_jitter` (about half of max_requests) so that they do
+# not exit together, and with the metrics' child_exit fold below.
+max_requests = 0
 
 
 # One send per response. gunicorn writes a response's headers and its body in two

@@ -54,7 +54,8 @@ SETTINGS = {
     # Socket.IO server, lab 16)
     "gunicorn/today.conf.py": dict(worker_class="gevent",
                                    workers=runpy.run_path(str(ROOT / "gunicorn/today.conf.py"))[
-                                       "_cpus"](), worker_connections=20000, keepalive=10),
+                                       "_cpus"](), worker_connections=20000, keepalive=10,
+                                   max_requests=0),
     "gunicorn/eventlet-one-worker.conf.py": dict(worker_class="eventlet", workers=1,
                                                  keepalive=10),
     # the failure twin 2b: stage 2's settings and an accept queue of 16

@@ -152,3 +152,26 @@ def test_lab_16s_tables_are_the_capacity_captures_own(part, quoted):
     assert rows and all(line in lab for line in rows), set(rows) - set(lab)
     said = json.loads((CAPACITY / part / "capacity.json").read_text())
     assert len([line for line in rows if line.startswith("| 9")]) >= len(said["rows"])
+
+
+WATCHING = ROOT / "notebooks" / "watching-run"
+LAB_17 = ROOT / "exercises" / "17-what-watching-costs.md"
+
+
+# (capture, the report's sections the lab quotes: all, or from this heading on)
+@pytest.mark.parametrize("part, section", [("recycling", "# "),
+                                           ("growth", "## The scrape against")])
+def test_lab_17s_tables_are_the_captures_own(part, section):
+    """Lab 17 quotes each capture's tables whole (notebooks/watching-run/PART/report.md,
+    written by its study): every table row and verdict line of the quoted sections is in
+    the lab as the study wrote it, and the recycling capture has a row for each of its
+    runs."""
+    text = (WATCHING / part / "report.md").read_text()
+    quoted = text[text.index(section):].splitlines()
+    lines = [line for line in quoted if line.startswith(("| ", "- "))]
+    lab = LAB_17.read_text().splitlines()
+    assert lines and all(line in lab for line in lines), set(lines) - set(lab)
+    if part == "recycling":
+        said = json.loads((WATCHING / part / "recycling.json").read_text())["rows"]
+        runs = [line for line in lines if re.match(r"\| [^|]+ \| \d+ \|", line)]
+        assert len(runs) == len(said)
