@@ -160,7 +160,8 @@ LAB_17 = ROOT / "exercises" / "17-what-watching-costs.md"
 
 # (capture, the report's sections the lab quotes: all, or from this heading on)
 @pytest.mark.parametrize("part, section", [("recycling", "# "),
-                                           ("growth", "## The scrape against")])
+                                           ("growth", "## The scrape against"),
+                                           ("instruments", "# ")])
 def test_lab_17s_tables_are_the_captures_own(part, section):
     """Lab 17 quotes each capture's tables whole (notebooks/watching-run/PART/report.md,
     written by its study): every table row and verdict line of the quoted sections is in
