@@ -176,3 +176,12 @@ def test_lab_17s_tables_are_the_captures_own(part, section):
         said = json.loads((WATCHING / part / "recycling.json").read_text())["rows"]
         runs = [line for line in lines if re.match(r"\| [^|]+ \| \d+ \|", line)]
         assert len(runs) == len(said)
+
+
+def test_lab_17s_queries_are_the_ones_the_lab_draws():
+    """The two queries lab 17 has its reader type are the graph's (benchmarks/run/prometheus.py)."""
+    from benchmarks.run import prometheus
+
+    lab = LAB_17.read_text()
+    for query in (prometheus.RATE, prometheus.P99):
+        assert f"\n{query.format(w='5s')}\n" in lab, query
