@@ -89,6 +89,9 @@ RULES = [
     Rule(r"python -m benchmarks\.studies\."
          r"(fd_limit|sweep|crosscheck|omission|slow_call|capacity)\b", PARSE,
          "minutes of load on root network namespaces"),
+    Rule(r"python -m benchmarks\.studies\.(instruments|recycling)\b", PARSE,
+         "minutes of a core busy: a redis-server, the app in-process or gunicorn under "
+         "load (lab 17's studies)"),
     Rule(r"python -m benchmarks\.studies\.floor\b", PARSE,
          "starts a redis-server and keeps a core busy for about a minute; --into rewrites "
          "a lab run's report"),
