@@ -1,7 +1,7 @@
 """benchmarks/studies/recycling: stage 8's gunicorn recycled under a real load, its
 restarts seen, every request accounted for, and prometheus_client's folder after them.
 
-One short run (2 workers, max_requests 20, 150 requests): the counts it asserts follow
+One short run (2 workers, max_requests 20, 100 requests): the counts it asserts follow
 from requests served, not from speed, so they hold on a box of any pace."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import run_module
 
 from benchmarks.studies.recycling import report
 
-RATE, SECONDS, WORKERS, MAX_REQUESTS = 50, 3, 2, 20
+RATE, SECONDS, WORKERS, MAX_REQUESTS = 50, 2, 2, 20
 REQUESTS = RATE * SECONDS
 
 
@@ -43,7 +43,7 @@ def study(tmp_path_factory) -> dict:
     code, said = run_module(
         "benchmarks.studies.recycling", "--workers", str(WORKERS), "--rate", str(RATE),
         "--seconds", str(SECONDS), "--max-requests", str(MAX_REQUESTS), "--jitter", "0",
-        "--repeats", "1", "--metrics-exit", "none,fold", "--metrics-max-requests",
+        "--repeats", "1", "--metrics-exit", "fold", "--metrics-max-requests",
         str(MAX_REQUESTS), "--growth", "0,20", "--results", str(out), timeout=240)
     assert code == 0, said
     (run,) = out.iterdir()
@@ -66,16 +66,14 @@ def test_every_slot_is_sent_and_the_recycled_workers_are_seen_restarting(study):
     assert all(r["fork_s"] >= r["exit_s"] for r in recycled["restart_times"])
 
 
-def test_folding_keeps_the_folder_small_and_the_count_whole(study):
-    none, fold = study["none"], study["fold"]
-    for row in (none, fold):  # the scrape counts what the load was answered, no more
-        lost = row["outcomes"].get("reset", 0) + row["outcomes"].get("timeout", 0)
-        assert row["answered"] <= row["counted"] <= row["answered"] + lost
-    # without a fold every worker that exited leaves its counter and histogram files
-    assert none["restarts"] >= 1 and none["dead_files"] >= 2 * none["restarts"]
-    # folded: none of an exited worker's files is left, its values are in the archives
+def test_folding_leaves_no_exited_workers_file_and_the_count_whole(study):
+    fold = study["fold"]  # today.conf.py's own child_exit
+    lost = fold["outcomes"].get("reset", 0) + fold["outcomes"].get("timeout", 0)
+    # the scrape counts what the load was answered, no more
+    assert fold["answered"] <= fold["counted"] <= fold["answered"] + lost
+    # none of an exited worker's files is left, its values are in the archives (the
+    # growth test below shows them piling up unfolded)
     assert fold["restarts"] >= 1 and fold["dead_files"] == 0
-    assert fold["files"] < none["files"]
 
 
 def test_the_scrape_reads_every_exited_workers_files_until_they_are_folded(study):

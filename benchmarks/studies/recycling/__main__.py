@@ -133,11 +133,11 @@ def run(args) -> int:
 
 def scrape_growth(args, scratch: Path) -> list[dict]:
     """With the metrics part: the scrape against K exited workers' files, from a real
-    worker's files of the run (a folder none or mark left them in)."""
+    worker's files of the run (any variant's folder)."""
     if not args.metrics_exit:
         return []
     for folder in sorted(scratch.glob("metrics-*")):
-        if list(folder.glob("counter_[0-9]*.db")):
+        if list(folder.glob("counter_*.db")):
             say(f"the scrape against {args.growth} exited workers' files")
             return scrape.growth(folder, args.growth, scratch)
     return []

@@ -79,12 +79,13 @@ def collect_ms(folder: Path, times: int = 5) -> float:
 def growth(sample: Path, counts: list[int], scratch: Path) -> list[dict]:
     """The scrape against the files of K exited workers: for each K, a folder with K
     copies of one real worker's counter and histogram files (`sample`'s, from a run of
-    the study) under new pids, timed as is, then after folding them all
+    the study: a worker's own, or a fold's archive, which holds the same series) under
+    new pids, timed as is, then after folding them all
     (app/metrics_exit.py), timed again."""
     from app import metrics_exit
 
-    kinds = [k for k in ("counter", "histogram") if list(sample.glob(f"{k}_[0-9]*.db"))]
-    sources = {k: sorted(sample.glob(f"{k}_[0-9]*.db"))[0] for k in kinds}
+    kinds = [k for k in ("counter", "histogram") if list(sample.glob(f"{k}_*.db"))]
+    sources = {k: sorted(sample.glob(f"{k}_*.db"))[0] for k in kinds}  # a worker's or archive
     rows = []
     for k in counts:
         folder = scratch / f"files-{k}"
