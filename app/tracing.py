@@ -29,10 +29,14 @@ survive ``fork()`` (opentelemetry-python #1497, #3307): the SDK (1.45) registers
 new export thread in each worker and empties the queue it inherited, so each worker
 exports its own spans; the master serves no request, so no export connection is open
 at the fork to be shared. ``benchmarks/studies/instruments/`` measures what it costs.
+
+At exit: what is queued is exported as the process ends (``provider``: granian's
+workers leave by ``os._exit``, so a multiprocessing finalizer does it there).
 """
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 
 from flask import Flask
@@ -62,6 +66,12 @@ def provider(ratio: float):
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "chat")})
     made = TracerProvider(resource=resource, sampler=ParentBased(TraceIdRatioBased(ratio)))
     made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    # What the processor still queues is sent as the process exits. The SDK's atexit
+    # hook does it where Python exits normally (flask run, gunicorn's workers), but
+    # granian's workers are multiprocessing's children, which leave by os._exit: no
+    # atexit, only multiprocessing's own finalizers, which run both ways (the lab's
+    # span count, benchmarks/run/spans.py, lost the last ~5 s of spans without this).
+    multiprocessing.util.Finalize(None, made.force_flush, exitpriority=10)
     _PROVIDER, _RATIO = made, ratio
     return made
 

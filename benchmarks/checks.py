@@ -208,6 +208,11 @@ SOCKETIO_SERVED = _eq("sio_failures", 0,
 WEBSOCKETS_SERVED = _eq("sio_failures", 0,
                         "each websocket holds a thread for its whole life: 10 Socket.IO users "
                         "take 10 of the 4 x 16 threads, and the HTTP users still find one")
+# The traced twin (9o; benchmarks/run/spans.py): every request's SERVER span reached the sink
+SPANS_NONE_LOST = _eq("spans_lost", 0,
+                      "at 100% sampling each request Flask served made a SERVER span, and the "
+                      "batch processor exported every one (none dropped from its queue of "
+                      "2048, none left queued at exit) to the span sink")
 # The crash twins (8k, 9k; benchmarks/run/crash.py): a worker of each app server killed
 # under load. Measured on this box: back within about 1 s (lab 11); 5 s is the promise.
 RECOVERY_LIMIT_S = 5.0

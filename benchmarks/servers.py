@@ -129,6 +129,15 @@ THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (a
 # Stage 9: stage 7's code on two servers, each its own Socket.IO mode (threading under
 # granian, gevent under gunicorn's gevent worker): "auto", the default, takes it.
 SPLIT = CODE_ITSELF
+# The watched set (lab 17): stage 9 with an instrument on (app/metrics.py, app/tracing.py),
+# on both of its servers, as a deployment turns one on for the whole app. Its metrics
+# in prometheus_client's single-process mode (granian runs one worker); with --metrics
+# the lab gives each server a multiprocess folder, as it does every stage's.
+METRICS_ON = {"FLASK_METRICS": "1"}
+# Traces to the lab's span sink (the stage's `metrics` host: benchmarks/run/spans.py);
+# 10%: the ratio the instruments study picked (benchmarks/studies/instruments/variants.py)
+TRACED = {"FLASK_TRACING": "1", "FLASK_TRACE_SAMPLE": "1"}
+TRACED_10 = {"FLASK_TRACING": "1", "FLASK_TRACE_SAMPLE": "0.1"}
 
 
 # Nginx's processes (nginx/nginx.conf): how many, the connections each holds, the file

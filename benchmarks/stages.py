@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from benchmarks.checks import (  # the stages' checks, each with its reason
     CONNECT_CPU_GONE,
@@ -44,6 +43,7 @@ from benchmarks.checks import (  # the stages' checks, each with its reason
     REDIS_OPEN,
     REDIS_REUSED,
     SOCKETIO_SERVED,
+    SPANS_NONE_LOST,
     SPREAD_HIGH,
     SPREAD_LOW,
     SYN_RETRIED,
@@ -74,18 +74,22 @@ from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_T
     GUNICORN_SYNC,
     GUNICORN_SYNC_BACKLOG,
     GUNICORN_TODAY,
+    METRICS_ON,
     NGINX_SIZE,
     POLLING,
-    ROOT,
+    ROOT,  # noqa: F401 (re-exported: stages.ROOT)
     SPLIT,
     THREADING,
     TODAY,
+    TRACED,
+    TRACED_10,
     WEBSOCKET_FRONT,
     NginxSize,
     command_environment,
 )
 from benchmarks.servers import Environment as Environment
 from benchmarks.servers import worker_environment as worker_environment
+from benchmarks.sysctl_profiles import merged_profiles, sysctl_file, sysctl_profile  # noqa: F401
 
 
 # The topology: a host per role, each a network namespace with one address in
@@ -125,6 +129,7 @@ REDIS_PORT = 6379
 APP_PORT = 8000
 SOCKETIO_PORT = 8001  # stage 9's Socket.IO server, beside APP_PORT's HTTP one
 FRONT_PORT = 8080
+OTLP_PORT = 4318  # OTLP/HTTP's: the span sink's, on the metrics host (benchmarks/run/spans.py)
 PROMETHEUS_PORT, NGINX_EXPORTER_PORT, REDIS_EXPORTER_PORT = 9090, 9113, 9121  # their defaults
 # The locustfiles, as Locust is given them (by path, from the repository root).
 LOCUSTFILE = "benchmarks/chat.py"  # every stage's users
@@ -155,6 +160,8 @@ SETS = {s.name: s for s in (
              "granian"),
     StageSet("realtime", "lab 16", "stage 9's Socket.IO server on eventlet, threads and "
              "asyncio beside gevent, for the capacity study"),
+    StageSet("watched", "lab 17", "stage 9 with its metrics, and with its traces to a span "
+             "sink (all of them, a tenth)"),
 )}
 EVERYTHING = "everything"  # every stage of every set
 
@@ -273,10 +280,17 @@ class Stage:
         return APP_ROLES[:self.app_hosts]
 
     @property
+    def traced(self) -> bool:
+        """Its app exports traces (FLASK_TRACING): the stage has a span sink."""
+        return self.env.get("FLASK_TRACING") == "1"
+
+    @property
     def roles(self) -> tuple[str, ...]:
         """The hosts this stage needs: the proxy only when it has a front, `app2` only
-        when it has two app hosts, `client2` only when it needs two load hosts."""
-        unused = {"proxy", METRICS_ROLE} if not self.front else {METRICS_ROLE}  # (a run's)
+        when it has two app hosts, `client2` only when it needs two load hosts, the
+        metrics host only when it traces (its span sink; --metrics adds it to any)."""
+        unused = {"proxy"} if not self.front else set()
+        unused |= set() if self.traced else {METRICS_ROLE}
         unused |= set(APP_ROLES[self.app_hosts:]) | set(CLIENT_ROLES[self.client_hosts:])
         return tuple(h.role for h in HOSTS if h.role not in unused)
 
@@ -456,6 +470,15 @@ STAGES: tuple[Stage, ...] = (
             socketio_server=GRANIAN_ASGI,
             see="the same as stage 9, its websockets held by python-socketio's AsyncServer "
                 "on granian's ASGI interface: one event loop"),
+    # the watched set (`--stages watched`, lab 17): stage 9, an instrument on
+    *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of="9", set_name="watched",
+              title=f"stage 9, {what}", env={**SPLIT, **env},
+              checks=(*RUST_HTTP_SERVER.checks, *more),
+              see=f"the same as stage 9 with {what}: what it costs a request")
+      for key, slug, what, env, more in (
+          ("9p", "with-metrics", "its Prometheus metrics", METRICS_ON, ()),
+          ("9o", "with-traces", "every request traced", TRACED, (SPANS_NONE_LOST,)),
+          ("9o10", "with-traces-10", "a tenth of the requests traced", TRACED_10, ()))),
     # the failures set (`--stages failures`, lab 11): each beside its base stage
     Stage(key="0t", slug="time-wait-cap", title="Flask's built-in server, TIME_WAIT capped",
           server=BUILTIN, redis_mode="per-request", front=None, sysctl=("baseline", "tw-cap"),
@@ -557,37 +580,6 @@ def _order(stage: Stage) -> tuple[int, int]:
     if stage.failure:
         return STAGES.index(BY_KEY[stage.twin_of]), STAGES.index(stage)
     return STAGES.index(stage), 0
-
-
-def sysctl_file(name: str) -> Path:
-    """The file of profile `name` (`tuned`): sysctl/NN-<name>.conf, numbered in the
-    order the lab applies the profiles, as /etc/sysctl.d applies them."""
-    found = sorted((ROOT / "sysctl").glob(f"[0-9][0-9]-{name}.conf"))
-    if len(found) != 1:
-        raise FileNotFoundError(f"sysctl profile {name!r}: expected one sysctl/NN-{name}.conf, "
-                                f"found {[p.name for p in found] or 'none'}")
-    return found[0]
-
-
-def sysctl_profile(name: str) -> dict[str, str]:
-    """`key = value` lines of the profile's sysctl/NN-<name>.conf, in order (sysctl.d
-    format)."""
-    settings: dict[str, str] = {}
-    for raw in sysctl_file(name).read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        key, _, value = line.partition("=")
-        settings[key.strip()] = " ".join(value.split())
-    return settings
-
-
-def merged_profiles(names) -> dict[str, str]:
-    """The profiles' files (sysctl/NN-<name>.conf), merged in order (later wins)."""
-    merged: dict[str, str] = {}
-    for name in names:
-        merged.update(sysctl_profile(name))
-    return merged
 
 
 def client_sysctls() -> dict[str, str]:

@@ -33,7 +33,8 @@ SECRET = "test-secret-key-not-for-production"
 # short files, instead of a 45 s file starting last and setting the suite's time alone.
 # The order is by each file's tests summed (wall seconds under `make test`, 2026-11-27:
 # the full run's file about 290 s, test_lab_stops about 100 s, then 58 s down to 20 s;
-# the realtime twins' run 30 s, --metrics' run 33-37 s on a busy box, the capacity study's
+# the realtime twins' run 30 s, --metrics' run 33-37 s on a busy box (stage 9o since it
+# checks the span sink too: 28 s at load average 3-6), the capacity study's
 # about 20 s);
 # the files not named take under 20 s each and follow in the order collected.
 LONGEST_FIRST = ("tests/lab/test_lab.py", "tests/lab/test_lab_stops.py",

@@ -20,7 +20,7 @@ from benchmarks.analysis import nginx_errors, stats, window
 from benchmarks.capture import csvfile
 from benchmarks.capture.tables import KERNEL_COUNTERS
 from benchmarks.profile import buckets, threads
-from benchmarks.run import crash, open_model, results
+from benchmarks.run import crash, open_model, results, spans
 from benchmarks.stages import Stage
 
 # TIME_WAIT lasts 60 s on Linux (TCP_TIMEWAIT_LEN, not a sysctl).
@@ -217,6 +217,8 @@ CATALOGUE: dict[str, Metric] = {
 }
 CATALOGUE.update({name: Metric(results.CRASH_JSON, meaning)  # the crash twins (8k, 9k)
                   for name, meaning in crash.METRICS.items()})
+CATALOGUE.update({name: Metric(spans.SPANS_JSON, meaning)  # stages that trace (9o, 9o10)
+                  for name, meaning in spans.METRICS.items()})
 
 
 def locust_totals(stage_dir: Path) -> dict:
@@ -404,6 +406,7 @@ def compute(stage_dir: Path, stage: Stage) -> dict:
     m["server_keepalive"] = verify.get("server_keepalive")
     m.update(scale_out(stage_dir))
     m.update(crash.metrics(stage_dir))
+    m.update(spans.metrics(stage_dir))
     return m
 
 

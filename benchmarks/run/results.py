@@ -101,6 +101,7 @@ NGINX_ACCESS_LOG = "nginx/access.log"
 APP_ACCESS_LOG = "access.log"
 DELIVERY_JSON = "delivery.json"  # benchmarks/run/delivery.py's probe, stages with two app hosts
 CRASH_JSON = "crash.json"  # benchmarks/run/crash.py's probe, the crash twins (8k, 9k)
+SPANS_JSON = "spans.json"  # benchmarks/run/spans.py: the span sink's count, stages that trace
 APP_LOG = "app.log"
 COUNT_JSON = "count.json"
 SESSIONS_JSON = "sessions.json"  # the Socket.IO sessions (benchmarks/chat.py, SESSIONS)

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from benchmarks.analysis import access_logs
-from benchmarks.run import prometheus, results
-from benchmarks.run.cli import StageFailed
+from benchmarks.run import prometheus, results, spans
+from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 
@@ -33,6 +33,7 @@ class Stack:
         # neither among the processes the sampler and the profile take as the stage's
         self.watchers: dict[str, subprocess.Popen] = {}
         self.prometheus = prometheus.Prometheus(self) if getattr(box, "metrics", False) else None
+        self.spans: dict | None = None  # a stage that traces: what its sink received, as it stops
 
     @property
     def url(self) -> str:
@@ -60,6 +61,7 @@ class Stack:
         timed = {} if command[0] == "gunicorn" else {"FLASK_ACCESS_LOG": log_path}
         redis = f"redis://{self.box.address('redis')}:{self.box.port('redis')}/0"
         watched = self.prometheus.app_env(role, server) if self.prometheus else {}
+        watched |= spans.app_env(self.box) if self.stage.traced else {}
         return procs.child_env(procs.environment_bin(self.stage.server_environment(server)),
                                FLASK_REDIS_URL=redis, **timed, FLASK_SECRET_KEY=self.secret,
                                FLASK_REDIS_MODE=self.stage.redis_mode,
@@ -91,6 +93,8 @@ class Stack:
         redis_dir.mkdir(exist_ok=True)
         self._start("redis", "redis", procs.redis_command(
             self.box.port("redis"), redis_dir, host=self.box.address("redis")))
+        if self.stage.traced:  # its span sink, before the servers that export to it
+            spans.start(self)
         apps = self.stage.app_roles
         for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
             servers = self.stage.commands(self.box.address(role), self.box.port(role),
@@ -164,7 +168,8 @@ class Stack:
             return f"Socket.IO server{host}"
         return {"redis": "Redis", "nginx": "front (Nginx)", "prometheus": "Prometheus",
                 "nginx_exporter": "Nginx's exporter",
-                "redis_exporter": "Redis's exporter"}.get(name, name)
+                "redis_exporter": "Redis's exporter",
+                spans.NAME: "span sink"}.get(name, name)
 
     def watching(self, say):
         """Around a measured window: with --metrics, what Prometheus saw of it, kept in
@@ -182,12 +187,19 @@ class Stack:
         # (the group's) arriving inside a gthread worker's first one's handler deadlocks in
         # ThreadPoolExecutor.shutdown (CPython issue 121649) until the KILL 10 s later.
         # The watchers first (--metrics): a server gone before its watcher would be a
-        # scrape failure in Prometheus's last seconds.
+        # scrape failure in Prometheus's last seconds. The span sink last: the servers
+        # export what they queue as they exit, and then it counts (spans.record).
         with sandbox.uninterrupted():
+            sink = self.watchers.pop(spans.NAME, None)
             procs.stop_all([(self.watchers.pop(name), signal.SIGTERM, False)
                             for name in reversed(list(self.watchers))])
             procs.stop_all([(self.procs.pop(name), *self._stop_signal(name))
                             for name in reversed(list(self.procs))])
+            if sink is not None:
+                if sink.poll() is None:
+                    self.spans = spans.record(self)
+                    spans.say_recorded(self.spans, self.dir, say)
+                procs.stop_all([(sink, signal.SIGTERM, False)])
             if self.prometheus:
                 self.prometheus.close()
 

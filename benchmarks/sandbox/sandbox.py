@@ -111,10 +111,12 @@ class Sandbox:
         self.clients = stage.clients_for(client_hosts)  # at least the stage's own
         if len(self.clients) > 1 and mode != "netns":
             raise SandboxError("several client hosts need --sandbox netns")
-        # --metrics: Prometheus's host too (benchmarks/run/prometheus.py)
+        # --metrics: Prometheus's host too (benchmarks/run/prometheus.py), which a stage
+        # that traces has anyway (its span sink: benchmarks/run/spans.py)
         self.metrics = metrics
-        self.roles = (*stage.roles_with_clients(client_hosts),
-                      *((stages.METRICS_ROLE,) if metrics else ()))
+        own = stage.roles_with_clients(client_hosts)
+        self.roles = (*own, *((stages.METRICS_ROLE,)
+                              if metrics and stages.METRICS_ROLE not in own else ()))
         self.placement = placement or hosts.placement()
         self.entry_role = "proxy" if stage.front else "app"
         self._saved: dict[str, str] = {}
@@ -128,7 +130,8 @@ class Sandbox:
                           # --metrics: Prometheus, and each exporter beside what it reads
                           stages.METRICS_ROLE: stages.PROMETHEUS_PORT,
                           "nginx_exporter": stages.NGINX_EXPORTER_PORT,
-                          "redis_exporter": stages.REDIS_EXPORTER_PORT}
+                          "redis_exporter": stages.REDIS_EXPORTER_PORT,
+                          "otlp": stages.OTLP_PORT}  # the span sink's, a stage that traces
             self.wanted = hosts.host_sysctls(
                 stages.stage_sysctls(stage), stages.sysctl_profile("baseline"), self.roles,
                 stage.connecting_roles)
@@ -145,7 +148,8 @@ class Sandbox:
                           "proxy": procs.free_port(), "socketio": procs.free_port(),
                           **({name: procs.free_port() for name in (
                               stages.METRICS_ROLE, "nginx_exporter", "redis_exporter")}
-                             if metrics else {})}
+                             if metrics else {}),
+                          **({"otlp": procs.free_port()} if stage.traced else {})}
             self.wanted = {role: stages.stage_sysctls(stage) for role in self.roles}
         self._taskset = {role: ["taskset", "-c", hosts.format_cpus(cpus)]
                          for role, cpus in self.placement.cpus(self.roles).items()}

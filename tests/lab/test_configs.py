@@ -32,7 +32,7 @@ from types import ModuleType
 import gunicorn.config
 import pytest
 
-from benchmarks import stages
+from benchmarks import stages, sysctl_profiles
 from benchmarks.run import results, runner
 from benchmarks.sandbox import nginx_conf, procs, sandbox
 
@@ -78,13 +78,13 @@ NO_CONTROL_SOCKET = dict(control_socket_disable=True)
 
 class Box:
     """What Stack needs of a sandbox: every host on 127.0.0.1 with a free port of its
-    own (so that `nginx -t` can bind the proxy's), the Socket.IO server's too, no
-    prefix, and no --metrics."""
+    own (so that `nginx -t` can bind the proxy's), the Socket.IO server's and the span
+    sink's too (a stage that traces), no prefix, and no --metrics."""
 
     metrics = False
 
     def __init__(self, stage: stages.Stage):
-        self.ports = {role: procs.free_port() for role in (*stage.roles, "socketio")}
+        self.ports = {role: procs.free_port() for role in (*stage.roles, "socketio", "otlp")}
 
     def address(self, role: str) -> str:
         return "127.0.0.1"
@@ -107,7 +107,7 @@ def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dic
     server it would start."""
     calls = {}
     monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None,
-                        port=None: calls.__setitem__(name, (role, cmd, env)))
+                        port=None, watcher=False: calls.__setitem__(name, (role, cmd, env)))
     monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url, timeout=30: None)
     box = Box(stage)
     runner.Stack(stage, box, stage_dir).start()
@@ -437,7 +437,7 @@ def test_sysctl_d_files_are_named_and_say_how_to_install():
 def test_the_lab_reads_a_profile_from_its_numbered_file(tmp_path, monkeypatch):
     assert stages.sysctl_file("tuned") == ROOT / "sysctl" / "70-tuned.conf"
     (tmp_path / "sysctl").mkdir()
-    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    monkeypatch.setattr(sysctl_profiles, "ROOT", tmp_path)
     with pytest.raises(FileNotFoundError, match="sysctl/NN-tuned.conf, found none"):
         stages.sysctl_profile("tuned")
     for name in ("70-tuned.conf", "75-tuned.conf"):

@@ -173,7 +173,8 @@ FAILURES_LAB = "when-it-breaks"  # the lab of every failure twin (stages.FAILURE
 
 
 # sets whose twins are taught in a lab of their own, not in their base stage's
-SET_LABS = {"failures": FAILURES_LAB, "today": "todays-stack", "realtime": "how-many-users"}
+SET_LABS = {"failures": FAILURES_LAB, "today": "todays-stack", "realtime": "how-many-users",
+            "watched": "what-watching-costs"}
 
 
 def twin_lab(twin: stages.Stage) -> Path:

@@ -1,11 +1,13 @@
-"""`lab run --metrics` end to end (benchmarks/run/prometheus.py): one short run of stage 8
-(gunicorn, Nginx, Redis: a target of each kind) with a real Prometheus on the `metrics`
-host and Debian's exporters beside Nginx and Redis. Every target was up through the
-measured window, the app's request rate answers above zero, the app's own counter (its
-/metrics, summed over gunicorn's worker processes) agrees with the requests Locust made,
-Prometheus's graph was drawn, and nothing of it is left: no process, no namespace, no
-temporary database. Needs root (network namespaces) and the three Debian packages
-(`make setup`); without them these tests are skipped with the reason.
+"""`lab run --metrics` end to end (benchmarks/run/prometheus.py), on a stage that traces
+(benchmarks/run/spans.py): one short run of stage 9o (granian and gunicorn, Nginx, Redis:
+a target of each kind; every request traced) with a real Prometheus on the `metrics`
+host, Debian's exporters beside Nginx and Redis, and the span sink beside Prometheus.
+Every target was up through the measured window, the app's request rate answers above
+zero, the app's own counter (granian's /metrics) agrees with the requests Locust made,
+Prometheus's graph was drawn; the sink received a SERVER span for every request Flask
+served, through the real OTLP exporter, none lost; and nothing of it is left: no
+process, no namespace, no temporary database. Needs root (network namespaces) and the
+three Debian packages (`make setup`); without them these tests are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import pytest
 from test_lab import lab, leftovers
 
 from benchmarks import stages
-from benchmarks.run import prometheus, results
+from benchmarks.run import prometheus, results, spans
 
-STAGE = stages.get("8")
+STAGE = stages.get("9o")
 
 
 @pytest.fixture(scope="module")
 def metrics_run(tmp_path_factory):
-    """One short run of stage 8 with --metrics; its stage folder, the lab's result and
+    """One short run of stage 9o with --metrics; its stage folder, the lab's result and
     how long it took."""
     if prometheus.missing_line():
         pytest.skip(prometheus.missing_line())
@@ -80,6 +82,24 @@ def test_the_apps_counter_agrees_with_the_requests_the_load_made(metrics_run):
 
 
 @pytest.mark.netns
+def test_the_sink_received_a_span_for_every_request_served(metrics_run):
+    """At 100% sampling: a SERVER span for each request that reached Flask (the servers'
+    own access logs, Prometheus's scrapes among them), each exported by the real OTLP
+    exporter as the servers exited if not before, none dropped; Redis's CLIENT spans
+    beside them; the count is the stage's check, and the lab said it."""
+    stage_dir, proc = metrics_run["dir"], metrics_run["proc"]
+    got = json.loads((stage_dir / results.SPANS_JSON).read_text())
+    assert got["error"] is None, got
+    made = json.loads((stage_dir / "metrics.json").read_text())["requests"]
+    assert got["spans_requests"] >= made > 0, (got, made)
+    assert got["spans_server"] == got["spans_requests"] and got["spans_lost"] == 0, got
+    assert got["sink"]["by_kind"].get("CLIENT", 0) > 0 and got["sink"]["rejected"] == 0, got
+    checks = {c["name"]: c for c in json.loads((stage_dir / "checks.json").read_text())}
+    assert checks["spans_lost"]["passed"], checks["spans_lost"]
+    assert f"{got['spans_requests']} requests served" in proc.stdout
+
+
+@pytest.mark.netns
 def test_the_graph_was_drawn(metrics_run):
     """Headless Chromium saved Prometheus's graph page, --no-screenshots (the Sockets
     tab's) notwithstanding (skipped without Chromium)."""
@@ -94,7 +114,8 @@ def test_the_graph_was_drawn(metrics_run):
 @pytest.mark.netns
 def test_nothing_of_it_is_left(metrics_run):
     """The run's own: its namespaces (the metrics host's among them), the processes it
-    started (Prometheus and the exporters carry its pid), its temporary database."""
+    started (Prometheus, the exporters and the span sink carry its pid), its temporary
+    database."""
     pid = metrics_run["proc"].pid
     assert not leftovers(pid)
     assert not list(Path(tempfile.gettempdir()).glob(prometheus.data_prefix(pid) + "*"))
@@ -105,3 +126,6 @@ def test_nothing_of_it_is_left(metrics_run):
     assert hosts[stages.METRICS_ROLE]["namespace"] == f"ftl-{pid}-{STAGE.key}-metrics"
     assert hosts[stages.METRICS_ROLE]["cpus"] == hosts["client"]["cpus"]
     assert "prometheus: targets up 3/3" in metrics_run["proc"].stdout
+    # the sink ran there too, and stopped: its log says it listened on the host's address
+    log = (metrics_run["dir"] / f"{spans.NAME}.log").read_text()
+    assert f"{stages.ADDRESS[stages.METRICS_ROLE]}:{stages.OTLP_PORT}" in log, log
