@@ -28,7 +28,8 @@ FOREIGN = "foreign_cpu_pct"  # listed per repeat: a neighbour widens an interval
 TAIL = {"p95_ms": (0.95, "requests", metrics.http_tag),
         "p99_ms": (0.99, "requests", metrics.http_tag),
         "sio_p95_ms": (0.95, "sio_requests", lambda tag: not metrics.http_tag(tag))}
-PAIRED = ("rps", *TAIL)  # the figures whose steps are tested within each repeat
+CPU = "server_cpu_ms"  # every server role's CPU per request (metrics.json), a step's price
+PAIRED = ("rps", *TAIL, CPU)  # the figures whose steps are tested within each repeat
 # summary.csv's columns after metrics.SUMMARY_COLUMNS: how many repeats measured the
 # stage and passed all its checks; RPS and p95, each a geometric mean, the standard
 # deviation of the values and the 95% interval of the geometric mean (stats.interval;
@@ -70,7 +71,8 @@ def by_stage(run_dir: Path) -> dict[str, dict]:
             entry["failed_checks"] += [(repeat, c) for c in checks if not c["passed"]]
             tails, source = tail(folder, m)
             entry["sources"].add(source)
-            figures = {"rps": m.get("rps"), FOREIGN: m.get(FOREIGN), **tails}
+            figures = {"rps": m.get("rps"), FOREIGN: m.get(FOREIGN), **tails,
+                       CPU: m.get("server_cpu_ms_per_request")}
             for name, value in figures.items():
                 entry["values"].setdefault(name, []).append(value)
                 entry["by_repeat"].setdefault(name, {})[repeat] = value
@@ -100,10 +102,15 @@ def disturbed(entry: dict, limit: float) -> int:
 def steps(entries: dict, figure: str = "rps") -> list[tuple[dict, dict, list[float], dict]]:
     """(a stage, the next, the ratios of `figure` within each repeat, their paired test
     (stats.step)) for consecutive stages, then, with three stages or more, the first
-    against the last: the whole way (stage 5 to 8 in lab 13)."""
+    against the last: the whole way (stage 5 to 8 in lab 13); then each twin against its
+    base stage when the run has both and no step above is that one (9 -> 9o in lab 17)."""
     ordered = list(entries.values())
     pairs = list(zip(ordered, ordered[1:], strict=False))
     pairs += [(ordered[0], ordered[-1])] if len(ordered) > 2 else []
+    base = {e["stage"].key: e for e in ordered}
+    done = {(a["stage"].key, b["stage"].key) for a, b in pairs}
+    pairs += [(base[e["stage"].twin_of], e) for e in ordered
+              if e["stage"].twin_of in base and (e["stage"].twin_of, e["stage"].key) not in done]
     return [(a, b, *paired(a, b, figure)) for a, b in pairs]
 
 

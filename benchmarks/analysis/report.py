@@ -154,6 +154,9 @@ def repeats_section(run_dir: Path) -> str:
                   "the Socket.IO acks, tested like the rate):", ""]
         for figure, label in (("p95_ms", "p95"), ("p99_ms", "p99"), ("sio_p95_ms", "ack p95")):
             lines += step_lines(over, figure, label)
+        lines += ["", "Steps, the server roles' CPU per request (the app's servers, Nginx "
+                  "and Redis, ms: below 1x a request costs less):", ""]
+        lines += step_lines(over, repeats.CPU, "server CPU/request")
     failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
     lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
     lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "

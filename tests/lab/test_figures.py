@@ -185,3 +185,24 @@ def test_lab_17s_queries_are_the_ones_the_lab_draws():
     lab = LAB_17.read_text()
     for query in (prometheus.RATE, prometheus.P99):
         assert f"\n{query.format(w='5s')}\n" in lab, query
+
+
+def test_lab_17s_served_steps_and_spans_are_the_captures_own():
+    """Lab 17's served section (notebooks/watching-run/served/, a lab run of 9, 9p, 9o,
+    9o10 with 3 repeats): the Repeats table, every step of a twin against stage 9 and
+    each traced run's spans, as the run's report.md and spans.json files give them."""
+    served = WATCHING / "served"
+    report = (served / "report.md").read_text().splitlines()
+    repeats = report[report.index("## Repeats"):]
+    quoted = [line for line in repeats if line.startswith(("| 09", "- 9 -> 9p", "- 9 -> 9o"))]
+    lab = LAB_17.read_text().splitlines()
+    assert len(quoted) >= 4 + 3 * 5, quoted  # 4 stages; 3 twins x RPS, p95, p99, ack, CPU
+    assert all(line in lab for line in quoted), set(quoted) - set(lab)
+    for stage in ("09o-with-traces", "09o10-with-traces-10"):
+        for k in (1, 2, 3):
+            folder = served / stage if k == 1 else served / "repeats" / str(k) / stage
+            said = json.loads((folder / "spans.json").read_text())
+            lost = "-" if said["spans_lost"] is None else said["spans_lost"]
+            row = (f"| {stage.split('-')[0][1:]} | {k} | {said['spans_requests']:,} | "
+                   f"{said['spans_server']:,} | {said['spans_received']:,} | {lost} |")
+            assert row in lab, row
