@@ -97,15 +97,17 @@ def commands(stage: stages.Stage, box, conf: Path, data: Path) -> list[tuple[str
     exporters first, so that Prometheus's first scrape finds them."""
     exe = {name: procs.require_binary(name, INSTALL) for name in BINARIES}
     redis = f"redis://{box.address('redis')}:{box.port('redis')}"
+    # --flag=value: the exporters of Debian 12 parse flags with Go's flag package, which
+    # takes one dash or two; Debian 13's nginx exporter (1.x) with kingpin, two only
     found = [("redis_exporter", "redis", [
-        exe["prometheus-redis-exporter"], "-redis.addr", redis,
-        "-web.listen-address", f"{box.address('redis')}:{box.port('redis_exporter')}"],
+        exe["prometheus-redis-exporter"], f"--redis.addr={redis}",
+        f"--web.listen-address={box.address('redis')}:{box.port('redis_exporter')}"],
         "redis_exporter")]
     if stage.front:
         status = f"http://{box.address('proxy')}:{box.port('proxy')}/nginx_status"
         found.append(("nginx_exporter", "proxy", [
-            exe["prometheus-nginx-exporter"], "-nginx.scrape-uri", status,
-            "-web.listen-address", f"{box.address('proxy')}:{box.port('nginx_exporter')}"],
+            exe["prometheus-nginx-exporter"], f"--nginx.scrape-uri={status}",
+            f"--web.listen-address={box.address('proxy')}:{box.port('nginx_exporter')}"],
             "nginx_exporter"))
     where = f"{box.address(stages.METRICS_ROLE)}:{box.port(stages.METRICS_ROLE)}"
     found.append(("prometheus", stages.METRICS_ROLE, [
