@@ -125,11 +125,18 @@ class Stack:
         if self.prometheus:
             self.prometheus.start()
 
-    def wait_for_health(self, url: str, timeout: float = 30) -> None:
+    # How long a server may take to answer /healthz: QUIET_S while its processes sit idle
+    # (a server that will not come up, an app answering 503), and while they keep working
+    # (its workers importing the app: seconds each on an emulated VM, 4 workers on stage
+    # 2) up to BOOTING_S, each PROBE_S slice extending the wait by what it saw.
+    QUIET_S, BOOTING_S, PROBE_S, BUSY_CPU_S = 30.0, 300.0, 5.0, 0.5
+
+    def wait_for_health(self, url: str) -> None:
         """Until the app answers /healthz 200 to the client host: the port opens before
-        the workers boot."""
+        the workers boot. Probes of PROBE_S; the wait ends QUIET_S after the servers
+        last used BUSY_CPU_S of CPU in a slice, at BOOTING_S in all, or when one exits."""
         probe = ("import sys, time, urllib.request\n"
-                 f"end = time.monotonic() + {timeout}\n"
+                 f"end = time.monotonic() + {self.PROBE_S}\n"
                  "while time.monotonic() < end:\n"
                  "    try:\n"
                  "        if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200:\n"
@@ -137,13 +144,35 @@ class Stack:
                  "    except OSError:\n"
                  "        time.sleep(0.2)\n"
                  "sys.exit(1)\n")
-        # A session of its own: a terminal's Ctrl-C reaches the lab, which stops it,
-        # not the probe (which would print its own KeyboardInterrupt traceback).
-        code = subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
-                              timeout=timeout + 10, start_new_session=True).returncode
-        if code != 0:
-            raise StageFailed(f"{url} did not answer 200 within {timeout:.0f}s; "
-                              f"see {self.dir / 'app.log'}")
+        waited = quiet = 0.0
+        cpu = self._servers_cpu()
+        while waited < self.BOOTING_S and quiet < self.QUIET_S:
+            # A session of its own: a terminal's Ctrl-C reaches the lab, which stops it,
+            # not the probe (which would print its own KeyboardInterrupt traceback).
+            if subprocess.run([*self.box.prefix("client"), sys.executable, "-c", probe, url],
+                              timeout=self.PROBE_S + 10, start_new_session=True).returncode == 0:
+                return
+            if gone := self.down():
+                raise StageFailed(gone)
+            waited, before, cpu = waited + self.PROBE_S, cpu, self._servers_cpu()
+            quiet = 0.0 if cpu - before >= self.BUSY_CPU_S else quiet + self.PROBE_S
+        raise StageFailed(f"{url} did not answer 200 within {waited:.0f}s (its servers "
+                          f"{'idle' if quiet else 'still busy'}); see {self.dir / 'app.log'}")
+
+    def _servers_cpu(self) -> float:
+        """CPU seconds the stage's server processes and their children have used."""
+        import psutil
+
+        total = 0.0
+        for proc in self.procs.values():
+            try:
+                tree = psutil.Process(proc.pid)
+                for p in (tree, *tree.children(recursive=True)):
+                    times = p.cpu_times()
+                    total += times.user + times.system
+            except psutil.Error:  # a process that just exited: down() says so
+                continue
+        return total
 
     def down(self) -> str | None:
         """What says the stage is down: the first of its servers that has exited (a

@@ -108,7 +108,7 @@ def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dic
     calls = {}
     monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None,
                         port=None, watcher=False: calls.__setitem__(name, (role, cmd, env)))
-    monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url, timeout=30: None)
+    monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url: None)
     box = Box(stage)
     runner.Stack(stage, box, stage_dir).start()
     return box, calls
