@@ -12,8 +12,9 @@
 #             indexes, read from this box's own configuration (setup/vm_user_data.py)
 #   cloud-init, lab-ready   waits for both; lab-ready's log must say the box is ready
 #   typed     the pages' commands, from test_typed.py's REGISTRY (tests/lab/vm_typed.py)
-#   make-lab  a short `make lab` typed in `sudo lab`'s shell; the checks that depend on
-#             the machine's speed left out by name, as make image-test ARCH=arm64 does
+#   make-lab  a short strict `make lab` (setup/ready-lab.sh) typed in `sudo lab`'s shell;
+#             the checks that depend on the machine's speed left out by name under
+#             emulation, as make image-test ARCH=arm64 does
 # Each step with its time and PASS/FAIL, then a last line PASS or FAIL (exit 0 only if
 # every step passed). Everything it starts stops on success, error and Ctrl-C; its
 # temporary files are in a 0700 folder that goes too; the logs stay in results/vm-test.
@@ -223,14 +224,14 @@ typed_commands() {
     return $rc
 }
 
-# A short `make lab` typed in `sudo lab`'s shell as the page says every command of the
-# labs runs there; under emulation the checks that depend on speed are left out by name.
+# A short strict `make lab` (setup/ready-lab.sh, lab-ready's) typed in `sudo lab`'s
+# shell, where the page says every command of the labs runs as written; under emulation
+# the checks that depend on speed are left out by name.
 short_lab() {
-    args=--strict
-    [ "$ACCEL" = tcg ] && args="--strict --leave-out-checks $SPEED_CHECKS"
-    printf 'sudo lab\nmake lab STAGES=%s DURATION=%s LAB_ARGS="%s"\necho @@status $?\nexit\n' \
-        "$LAB_STAGES" "$LAB_DURATION" "$args" | vm bash >"$LOGS/make-lab.log" 2>&1
-    say "typed: sudo lab, then make lab STAGES=$LAB_STAGES DURATION=$LAB_DURATION LAB_ARGS=\"$args\""
+    typed="sh setup/ready-lab.sh $LAB_STAGES $LAB_DURATION"
+    [ "$ACCEL" = tcg ] && typed="$typed --leave-out-checks $SPEED_CHECKS"
+    printf 'sudo lab\n%s\necho @@status $?\nexit\n' "$typed" | vm bash >"$LOGS/make-lab.log" 2>&1
+    say "typed: sudo lab, then $typed"
     grep -E 'checks|check |@@status' "$LOGS/make-lab.log" | tail -n 6 | cut -c 1-300 | sed 's/^/  /'
     grep -q '^@@status 0$' "$LOGS/make-lab.log"
 }

@@ -101,13 +101,14 @@ class Terminal:
         self.proc.stdin.write(text.encode())
         self.proc.stdin.flush()
 
-    def wait_for(self, pattern: str, seconds: float) -> re.Match | None:
+    def wait_for(self, pattern: str, seconds: float, start: int = 0) -> re.Match | None:
+        """The pattern's first match in the output from `start` on, within `seconds`."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and self.proc.poll() is None:
-            if m := re.search(pattern, self.out):
+            if m := re.compile(pattern).search(self.out, start):
                 return m
             time.sleep(1)
-        return re.search(pattern, self.out)
+        return re.compile(pattern).search(self.out, start)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -133,9 +134,12 @@ def held_stage(config: str, host: str, tunnel: t.Command, up: t.Command) -> bool
         banner = term.wait_for(re.escape(UP_MARK), TIMEOUT) is not None
         shows = t.entry(up).shows in term.out
         ui = banner and ui_through(port)
+        start = len(term.out)
         term.type("\x03")  # Ctrl-C, as the banner says
+        # the shell's prompt back (sudo forwards what is typed before to the lab's terminal)
+        term.wait_for(r"\$ $", 300, start)
         term.type("echo @@status $?\n")
-        m = term.wait_for(r"@@status (\d+)", 300)
+        m = term.wait_for(r"@@status (\d+)", 60, start)
         stopped = m is not None and m[1] in ("0", "130")
         term.type("exit\n")
         term.wait_for(r"\Z.", 30)
