@@ -17,8 +17,9 @@ SUITE=bookworm ARCH=amd64
 DEBIAN_BASE_FUNCTIONS=1 . setup/debian-base.sh
 # What a cloud image has beyond debootstrap's default (required and important): the
 # kernel, cloud-init, sshd, sudo; dbus for hostnamectl (cloud-init names the host);
-# ifupdown and a DHCP client, the network cloud-init's fallback config renders to (eni).
-PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,cloud-init,openssh-server,sudo,ifupdown,isc-dhcp-client,ca-certificates
+# ifupdown and a DHCP client, the network cloud-init's fallback config renders to (eni);
+# locales, which cloud-init's locale module runs (update-locale; without it: an error).
+PACKAGES=linux-image-amd64,systemd-sysv,udev,dbus,cloud-init,openssh-server,sudo,ifupdown,isc-dhcp-client,ca-certificates,locales
 SIZE=20G  # the pages' disk (docs/laptops.md); sparse: only what is written takes space
 
 say() { echo "vm-disk: $*"; }

@@ -190,17 +190,20 @@ until_ssh() {
     return 1
 }
 
-# `cloud-init status` polled (one ssh each: a dropped connection is retried), then its
-# output log kept.
+# Polled (one ssh each: a dropped connection is retried) until cloud-init's final stage
+# wrote boot-finished: `cloud-init status` (22.4) says error as soon as a module failed,
+# while the rest still runs. Then its status and its output log, kept.
 cloud_init_done() {
     deadline=$(($(date +%s) + 5400)) last=""
     while [ "$(date +%s)" -lt "$deadline" ] && alive; do
-        now=$(vm cloud-init status 2>/dev/null | sed -n 's/^status: //p')
+        now=$(vm 'test -e /var/lib/cloud/instance/boot-finished && echo finished ||
+                  cloud-init status' 2>/dev/null | sed 's/^status: //')
         [ "$now" = "$last" ] || say "cloud-init: ${now:-no answer} (after $(($(date +%s) - T0)) s)"
         last=$now
-        case $now in done|error|degraded*|disabled) break ;; esac
+        [ "$now" = finished ] && break
         sleep 30
     done
+    last=$(vm cloud-init status 2>/dev/null | sed -n 's/^status: //p')
     vm sudo cat /var/log/cloud-init-output.log >"$LOGS/cloud-init-output.log" 2>&1
     vm cloud-init status --long 2>&1 | sed 's/^/  /'
     [ "$last" = done ]
