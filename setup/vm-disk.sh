@@ -39,6 +39,13 @@ cloud_image() {
     echo "/dev/vda / ext4 defaults,errors=remount-ro 0 1" >"$root/etc/fstab"
     echo debian >"$root/etc/hostname"
     printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+    # en_US.UTF-8, the locale cloud-init's locale module sets: Debian's locale-gen makes
+    # what /etc/locale.gen names, not its argument (else update-locale fails, an error)
+    sed -i 's/^# *\(en_US.UTF-8 UTF-8\)$/\1/' "$root/etc/locale.gen" &&
+        chroot "$root" locale-gen >/dev/null || return 1
+    # as Debian's cloud images: cloud-init keeps /etc/hosts, so the VM's name resolves
+    # (else sudo says "unable to resolve host" on every call)
+    echo "manage_etc_hosts: true" >"$root/etc/cloud/cloud.cfg.d/01_debian_cloud.cfg"
     grep -q '^  *name: debian$' "$root/etc/cloud/cloud.cfg" ||
         { say "cloud-init's cloud.cfg has no default user debian"; return 1; }
     slim "$root"

@@ -34,6 +34,9 @@ LAB_STAGES=0,2 LAB_DURATION=5     # lab-ready's own short lab (setup/ready-lab.s
 T0=$(date +%s) FAILED=0 WORK="" PIDS="" QEMU_PID="" SUMMARY=""
 
 say() { echo "vm-test: $*"; }
+# a sleep that a signal interrupts at once (sh runs its trap only after a foreground
+# command ends)
+pause() { sleep "$1" & wait $!; }
 die() { say "$*" >&2; exit 2; }
 
 # One step: its name, then the command; PASS/FAIL and seconds go to the summary.
@@ -184,7 +187,7 @@ until_ssh() {
     while [ "$(date +%s)" -lt "$deadline" ]; do
         alive || { say "QEMU exited; the console's last lines:"; tail -n 20 "$LOGS/console.log"; return 1; }
         vm true 2>/dev/null && { say "ssh $USER_NAME@ answers ($(vm uname -r))"; return 0; }
-        sleep 10
+        pause 10
     done
     say "no ssh within 30 minutes; the console's last lines:"; tail -n 20 "$LOGS/console.log"
     return 1
@@ -201,7 +204,7 @@ cloud_init_done() {
         [ "$now" = "$last" ] || say "cloud-init: ${now:-no answer} (after $(($(date +%s) - T0)) s)"
         last=$now
         [ "$now" = finished ] && break
-        sleep 30
+        pause 30
     done
     last=$(vm cloud-init status 2>/dev/null | sed -n 's/^status: //p')
     vm sudo cat /var/log/cloud-init-output.log >"$LOGS/cloud-init-output.log" 2>&1
