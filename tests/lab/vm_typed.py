@@ -131,7 +131,10 @@ def held_stage(config: str, host: str, tunnel: t.Command, up: t.Command) -> bool
     term = Terminal(tunnel_argv(tunnel.text, config, host, port))
     try:
         term.type(up.text + "\n")
-        banner = term.wait_for(re.escape(UP_MARK), TIMEOUT) is not None
+        # its echo, then the banner's last line, or the prompt back (it stopped early)
+        typed = term.wait_for(re.escape(t.without_comment(up.text)) + r".*\n", 120)
+        end = term.wait_for(rf"{re.escape(UP_MARK)}|\$ $", TIMEOUT, typed.end() if typed else 0)
+        banner = end is not None and end[0] == UP_MARK
         shows = t.entry(up).shows in term.out
         ui = banner and ui_through(port)
         start = len(term.out)
