@@ -131,8 +131,9 @@ def held_stage(config: str, host: str, tunnel: t.Command, up: t.Command) -> bool
     term = Terminal(tunnel_argv(tunnel.text, config, host, port))
     try:
         term.type(up.text + "\n")
-        # its echo, then the banner's last line, or the prompt back (it stopped early)
-        typed = term.wait_for(re.escape(t.without_comment(up.text)) + r".*\n", 120)
+        # bash's echo of it after its prompt (the terminal may echo it once before bash
+        # reads it), then the banner's last line, or the prompt back (it stopped early)
+        typed = term.wait_for(r"\$ " + re.escape(t.without_comment(up.text)) + r".*\n", 120)
         end = term.wait_for(rf"{re.escape(UP_MARK)}|\$ $", TIMEOUT, typed.end() if typed else 0)
         banner = end is not None and end[0] == UP_MARK
         shows = t.entry(up).shows in term.out
@@ -143,7 +144,7 @@ def held_stage(config: str, host: str, tunnel: t.Command, up: t.Command) -> bool
         term.wait_for(r"\$ $", 300, start)
         term.type("echo @@status $?\n")
         m = term.wait_for(r"@@status (\d+)", 60, start)
-        stopped = m is not None and m[1] in ("0", "130")
+        stopped = banner and m is not None and m[1] in ("0", "130")
         term.type("exit\n")
         term.wait_for(r"\Z.", 30)
     finally:
