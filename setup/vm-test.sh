@@ -32,6 +32,7 @@ PY=.venv/bin/python
 SPEED_CHECKS=tw_front_per_request  # as make image-test ARCH=arm64 (setup/image-test.sh)
 LAB_STAGES=0,2 LAB_DURATION=5     # lab-ready's own short lab (setup/ready-lab.sh 0,2 5)
 T0=$(date +%s) FAILED=0 WORK="" PIDS="" QEMU_PID="" SUMMARY=""
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null)  # the one the VM clones
 
 say() { echo "vm-test: $*"; }
 # a sleep that a signal interrupts at once (sh runs its trap only after a foreground
@@ -112,7 +113,7 @@ serve() {
         >"$LOGS/http.log" 2>&1 & started
     ssh-keygen -q -t ed25519 -N "" -C ftl-vm-test -f "$WORK/key" && user_data && seed_iso &&
     ssh_config && wait_port "$GIT_PORT" && wait_port "$HTTP_PORT" &&
-    say "LAB_REPO=git://10.0.2.2:$GIT_PORT/lab.git (HEAD $(git rev-parse --short HEAD)), pip indexes at http://10.0.2.2:$HTTP_PORT/"
+    say "LAB_REPO=git://10.0.2.2:$GIT_PORT/lab.git (HEAD $COMMIT), pip indexes at http://10.0.2.2:$HTTP_PORT/"
 }
 
 wait_port() {
@@ -263,7 +264,7 @@ cleanup() {
 
 summary() {
     echo
-    echo "vm-test summary (Debian 12 VM, QEMU $ACCEL, -smp 2 -m 4096; commit $(git rev-parse --short HEAD))"
+    echo "vm-test summary (Debian 12 VM, QEMU $ACCEL, -smp 2 -m 4096; commit $COMMIT)"
     printf '%s' "$SUMMARY"
     echo "  total: $(($(date +%s) - T0)) s; logs: $LOGS"
     if [ $FAILED = 0 ]; then echo "vm-test: PASS"; else echo "vm-test: FAIL"; fi
