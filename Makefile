@@ -55,7 +55,7 @@ MACHINE ?= $(shell uname -m)
 HEADERS_CHECK = $(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' 2>/dev/null
 BUILD_TOOLS_CHECK = $(if $(filter x86_64,$(MACHINE)),,command -v gcc >/dev/null 2>&1 || missing="$$missing gcc"; $(HEADERS_CHECK) || missing="$$missing python3-dev";)
 
-.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-slow test-fast lint lab book clean image image-test
+.PHONY: setup install box-check preflight system-packages lock notebooks arm64-check test test-slow test-fast lint lab book clean image image-test vm-test
 
 # `setup` = what installs + what checks the box. An image build runs `make install`
 # alone (a build step gets no network namespace); the box check then runs when the
@@ -214,6 +214,18 @@ image:
 
 image-test:
 	bash setup/image-test.sh
+
+# A real VM booted from setup/cloud-init.yaml as the VM route's user boots one, and the
+# VM pages' commands typed in it as its default user (setup/vm-test.sh): a Debian 12
+# cloud disk made here by debootstrap (cached in results/vm-cache), QEMU with full-system
+# emulation (TCG: /dev/kvm opens here but a KVM guest hangs; VM_ACCEL=kvm where it
+# works), cloud-init and lab-ready, then the pages' commands from tests/lab/test_typed.py's
+# REGISTRY and a short `make lab`. Run by the developer: most of an hour under
+# emulation, which no CI budget fits, so neither `make test` nor CI runs it (the fast
+# test tests/lab/test_vm.py holds its pieces to the pages and the cloud-init file).
+# Root; installs qemu-system-x86, qemu-utils, genisoimage and debootstrap when missing.
+vm-test:
+	sh setup/vm-test.sh
 
 clean:
 	rm -rf $(VENV) $(VENV_EVENTLET) $(VENV_NOTEBOOKS) $(VENV_LOCK) .pytest_cache .ruff_cache

@@ -9,6 +9,7 @@
 #   sh setup/debian-base.sh           # make it unless podman already has it
 #   sh setup/debian-base.sh --force   # make it again
 #   SUITE=trixie ARCH=arm64 sh setup/debian-base.sh --name   # print the name only
+# (Sourced with DEBIAN_BASE_FUNCTIONS=1, it defines its functions and runs nothing.)
 set -eu
 PATH="$PATH:/usr/sbin:/sbin"
 SUITE=${SUITE:-bookworm}
@@ -96,7 +97,9 @@ make_base() {
     say "imported as $NAME ($(podman image inspect --format '{{.Size}}' "$NAME") bytes)"
 }
 
-if [ "${1:-}" = --name ]; then
+if [ "${DEBIAN_BASE_FUNCTIONS:-}" = 1 ]; then
+    :  # sourced for its functions (setup/vm-disk.sh: the mirror, the apt config, remove_tree)
+elif [ "${1:-}" = --name ]; then
     echo "$NAME"
 elif [ "${1:-}" != --force ] && podman image exists "$NAME"; then
     say "$NAME is already in podman's storage (delete it, or --force, to make it again)"

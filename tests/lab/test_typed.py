@@ -16,6 +16,9 @@ comment left out), page by page, with one of:
   `file::function`); the runner must still hold it.
 - NotHere(why): not run here as typed (Windows, macOS, a container runtime, a VM,
   the network, minutes of load).
+- InVM(why): typed as written by `make vm-test` in a real VM booted from
+  setup/cloud-init.yaml (tests/lab/vm_typed.py), which types the commands a VM's user
+  types here (Typed("a VM's user")) there too; run by the developer, not in `make test`.
 
 A command a page gains or changes and REGISTRY does not list fails
 test_the_registry_lists_every_command_of_the_pages, as does one REGISTRY lists that
@@ -64,6 +67,16 @@ class NotHere:
     why: str
 
 
+@dataclass(frozen=True)
+class InVM:
+    """Typed as written by `make vm-test` (tests/lab/vm_typed.py) in a VM booted from
+    setup/cloud-init.yaml, as its default user over SSH; not in `make test`: the VM
+    boots under emulation for most of an hour."""
+
+    why: str
+    shows: str = ""  # text its output holds
+
+
 WINDOWS = NotHere("Windows' PowerShell")
 INSTALLS = NotHere("installs from the network (a new WSL Debian's packages)")
 CONTAINER = NotHere("Docker or Podman on the laptop: no container runtime starts here; "
@@ -104,7 +117,10 @@ REGISTRY = {
         "sudo lab": Typed("a VM's user", shows="lab: a root shell in"),
         "python -m benchmarks.lab list": Typed("a VM's user", shows="main: make lab STAGES=main"),
         "exit": Typed("a VM's user"),
-        "sudo lab up 2": HOLDS_A_STAGE,
+        "sudo lab up 2": InVM("holds a stage up until Ctrl-C: make vm-test types it in the "
+                              "ssh -L session below, reaches the UI through the tunnel, then "
+                              "Ctrl-C", shows="Locust's web UI (Sockets tab): "
+                              "http://127.0.0.1:8089"),
         "limactl start --name=ftl --cpus=2 --memory=4 --disk=20 template://debian-12": LIMA,
         "limactl shell ftl sudo sh -c 'apt-get update && apt-get install -y make git "
         "python3-venv'": LIMA,
@@ -120,7 +136,9 @@ REGISTRY = {
         "/etc/flask-tuning-lab.conf": MULTIPASS,
         "multipass exec ftl -- sudo lab-ready /home/ubuntu/flask-tuning-lab": MULTIPASS,
         "multipass exec ftl -- sudo make -C /lab lab": MULTIPASS,
-        "ssh -L 8089:127.0.0.1:8089 USER@VM_ADDRESS": TUNNEL,
+        "ssh -L 8089:127.0.0.1:8089 USER@VM_ADDRESS": InVM(
+            "the tunnel to a room's VM: make vm-test opens it to its VM (the laptop's side "
+            "on a free port: 8089 may be taken on this shared box)"),
     },
     "docs/image.md": {
         "docker build -f Containerfile -t flask-tuning-lab .": CONTAINER,
@@ -211,6 +229,7 @@ class Shell:
     env: dict[str, str]
     prelude: str = ""
     stands_for: dict[str, str] = field(default_factory=dict)
+    argv: tuple[str, ...] = ("bash",)  # the terminal's shell (vm_typed.py: bash over ssh)
 
     def fill(self, text: str) -> str:
         """In one pass: in the image this clone is /lab itself."""
@@ -265,20 +284,21 @@ READERS = {"root in the clone": root_in_the_clone, "WSL's root": wsl_root,
 MARK = "@@typed-status@@"
 
 
-def typed(shell: Shell, commands: list[Command]) -> list[tuple[int, str]]:
+def typed(shell: Shell, commands: list[Command], timeout: float = TIMEOUT
+          ) -> list[tuple[int, str]]:
     """(exit status, output) of each command, typed one after another into one bash,
     stdin a pipe: bash reads it a line at a time, so a shell a command opens reads the
     lines after it, as from a terminal. Killed with all it started after TIMEOUT."""
     script = shell.prelude + "".join(f"{shell.fill(c.text)}\necho {MARK} $?\n"
                                      for c in commands)
-    proc = subprocess.Popen(["bash"], cwd=shell.cwd, env=shell.env, stdin=subprocess.PIPE,
+    proc = subprocess.Popen(list(shell.argv), cwd=shell.cwd, env=shell.env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(script, timeout=TIMEOUT)
+        out, _ = proc.communicate(script, timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out = proc.communicate()[0] + f"\n(killed after {TIMEOUT} s)"
+        out = proc.communicate()[0] + f"\n(killed after {timeout} s)"
     done = [(int(status), text) for text, status in re.findall(rf"(.*?){MARK} (\d+)\n", out,
                                                               re.S)]
     assert len(done) == len(commands), f"the session stopped early:\n{out[-3000:]}"
