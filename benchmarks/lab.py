@@ -246,9 +246,9 @@ def up_banner(stage: stages.Stage, box: sandbox.Sandbox, url: str, sampler: Path
 def metrics_line(url: str, port: int, address: str) -> str:
     """`lab up --metrics`'s line: where Prometheus's UI is, reached as Locust's is."""
     if address == "127.0.0.1":
-        return (f"  Prometheus (--metrics): {url}/graph  (from a laptop: ssh -L "
+        return (f"  Prometheus (--metrics): {url}/classic/graph  (from a laptop: ssh -L "
                 f"{port}:127.0.0.1:{port} user@this-machine)")
-    return f"  Prometheus (--metrics): {url}/graph, listening on {address}:{port}"
+    return f"  Prometheus (--metrics): {url}/classic/graph, listening on {address}:{port}"
 
 
 def cmd_exec(args) -> int:

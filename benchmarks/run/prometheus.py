@@ -250,15 +250,17 @@ def record(base: str, stage_dir: Path, start: float, end: float, settled: float)
 
 
 def graph_url(base: str, start: float) -> str:
-    """Prometheus's graph page (Debian's 2.42 serves its classic UI) with two panels, the
-    app's request rate and its p99, from a little before `start` to now. Its end is left
-    at now: the page takes an end to the minute only."""
+    """Prometheus's graph page with two panels, the app's request rate and its p99, from a
+    little before `start` to now. Its end is left at now: the page takes an end to the
+    minute only. The classic UI's page, /classic/graph: Debian's packages carry no React
+    UI, and Debian 13's (2.53) answers /graph with a page that says so; both serve the
+    classic one there."""
     span = f"{math.ceil(time.time() - start) + 5}s"
     params = {}
     for i, expr in enumerate((RATE.format(w="5s"), P99.format(w="5s"))):
         params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.range_input": span,
                        f"g{i}.stacked": "0"})
-    return f"{base}/graph?{urllib.parse.urlencode(params)}"
+    return f"{base}/classic/graph?{urllib.parse.urlencode(params)}"
 
 
 def health(targets_json: dict) -> dict[str, str]:
