@@ -144,6 +144,9 @@ def wait_until_booted(master, seconds: float = 60) -> None:
     raise AssertionError(f"gunicorn's workers did not boot within {seconds:g} s")
 
 
+# slow: several workers each importing the app; under qemu-user (the arm64 image's
+# app tests, -m 'not slow') their boot outlasted 60 s. make test runs it natively.
+@pytest.mark.slow
 def test_gunicorn_workers_are_summed_and_an_exited_worker_is_folded(redis_url, tmp_path):
     """Stage 8's config with 3 workers: /metrics answers for every worker's requests,
     whichever serves the scrape, those of a worker that has exited too (the config's
@@ -176,6 +179,9 @@ def test_gunicorn_workers_are_summed_and_an_exited_worker_is_folded(redis_url, t
     assert "Traceback" not in log, log[-3000:]
 
 
+# slow: several workers each importing the app; under qemu-user (the arm64 image's
+# app tests, -m 'not slow') their boot outlasted 60 s. make test runs it natively.
+@pytest.mark.slow
 def test_granian_workers_are_summed(redis_url, tmp_path):
     """Stage 9's granian command with 2 workers (processes): one folder, both counted."""
     folder = tmp_path / "prom"
