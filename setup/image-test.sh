@@ -409,7 +409,7 @@ inside() {
         step lab-main lab_step main "${MAIN_DURATION:-10}"
         step versions versions
     else
-        step lab lab_step 0,2 5
+        step lab lab_step 0,2 10
     fi
     step ui ui_through_mapping
     step test-fast in_ctr make test-fast

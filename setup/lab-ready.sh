@@ -27,7 +27,7 @@ cd /lab
 # where sudo's secure_path finds it: `sudo lab`, the one way into the lab on a VM
 install -m 0755 setup/lab.sh /usr/local/bin/lab
 make setup
-if ! sh setup/ready-lab.sh 0,2 5; then
+if ! sh setup/ready-lab.sh 0,2 10; then
     echo "lab-ready: the box is NOT ready (the lines above say why; /lab/results/latest/report.md)" >&2
     exit 1
 fi

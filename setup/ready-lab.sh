@@ -2,7 +2,7 @@
 # A box is ready when a short lab passes every check: `make lab` with --strict (the lab
 # exits 3 on a failed check, and its last line names it). One definition for lab-ready
 # (setup/lab-ready.sh), the lab steps of make image-test and make vm-test, and the
-# instructor's rehearsal (exercises/INSTRUCTOR.md runs `sh setup/ready-lab.sh 0,2 10`).
+# instructor's rehearsal (exercises/INSTRUCTOR.md), all `sh setup/ready-lab.sh 0,2 10`.
 #   sh setup/ready-lab.sh STAGES DURATION [MORE LAB_ARGS]
 set -u
 [ $# -ge 2 ] || { echo "usage: sh setup/ready-lab.sh STAGES DURATION [LAB_ARGS]" >&2; exit 2; }

@@ -30,7 +30,7 @@ ACCEL=${VM_ACCEL:-tcg}
 USER_NAME=debian  # the default user of Debian's cloud images (cloud-init's default_user)
 PY=.venv/bin/python
 SPEED_CHECKS=tw_front_per_request  # as make image-test ARCH=arm64 (setup/image-test.sh)
-LAB_STAGES=0,2 LAB_DURATION=5     # lab-ready's own short lab (setup/ready-lab.sh 0,2 5)
+LAB_STAGES=0,2 LAB_DURATION=10    # lab-ready's own short lab (setup/ready-lab.sh 0,2 10)
 T0=$(date +%s) FAILED=0 WORK="" PIDS="" QEMU_PID="" SUMMARY=""
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null)  # the one the VM clones
 

@@ -311,8 +311,8 @@ def test_the_cloud_init_file_installs_what_make_setup_would_and_its_script_parse
     # "ready" means every check passed: the short lab is setup/ready-lab.sh's, strict, and
     # its failure ends lab-ready with status 1 (tests/lab/test_strict.py fails it for real)
     text = script.read_text()
-    assert "if ! sh setup/ready-lab.sh 0,2 5; then" in text
-    failing = text.split("if ! sh setup/ready-lab.sh 0,2 5; then", 1)[1].split("fi\n", 1)[0]
+    assert "if ! sh setup/ready-lab.sh 0,2 10; then" in text
+    failing = text.split("if ! sh setup/ready-lab.sh 0,2 10; then", 1)[1].split("fi\n", 1)[0]
     assert failing.strip().endswith("exit 1") and "NOT ready" in failing
 
 
@@ -427,7 +427,7 @@ def test_every_vm_page_gives_the_same_way_into_the_lab():
 def test_the_rehearsal_is_ready_lab_wherever_a_box_is_proven_ready(tmp_path):
     """setup/ready-lab.sh is lab-ready's, make image-test's and the instructor's rehearsal,
     as its header says: each runs it."""
-    assert "sh setup/ready-lab.sh 0,2 5" in lab_ready(tmp_path).read_text()
+    assert "sh setup/ready-lab.sh 0,2 10" in lab_ready(tmp_path).read_text()
     assert "sh setup/ready-lab.sh" in (ROOT / "setup" / "image-test.sh").read_text()
     commands = [c.text for c in doc_commands(ROOT / "exercises" / "INSTRUCTOR.md")]
     assert any(c.startswith("sh setup/ready-lab.sh ") for c in commands), commands

@@ -147,7 +147,7 @@ REGISTRY = {
         "flask-tuning-lab": CONTAINER,
         "make lab STAGES=0,2 DURATION=10": NotHere(
             "two stages of load with screenshots: make image-test runs them in the image "
-            "as sh setup/ready-lab.sh 0,2 5 (5 s each, --strict)"),
+            "as sh setup/ready-lab.sh 0,2 10 (10 s each, --strict)"),
         "python -m benchmarks.lab up 0": HOLDS_A_STAGE,
     },
     "exercises/00-setup.md": {
