@@ -223,8 +223,9 @@ image-test:
 # REGISTRY and a short `make lab`. Run by the developer: most of an hour under
 # emulation, which no CI budget fits, so neither `make test` nor CI runs it (the fast
 # test tests/lab/test_vm.py holds its pieces to the pages and the cloud-init file).
-# Root; installs qemu-system-x86, qemu-utils, genisoimage and debootstrap when missing.
-vm-test:
+# Root; installs the lab first (the typing reads the registry with the lab's venv), and
+# qemu-system-x86, qemu-utils, genisoimage and debootstrap when missing.
+vm-test: install
 	sh setup/vm-test.sh
 
 clean:
