@@ -273,13 +273,7 @@ def check(args) -> None:
         raise OptionsError(f"--into {args.into}: not a lab run's folder (no "
                            f"{results.RUN_JSON}); give one under results/, e.g. "
                            "results/latest, or leave --into out for a folder of its own")
-    for name in ("app_cpus", "redis_cpus"):
-        spec = getattr(args, name)
-        if spec is not None:
-            try:
-                hosts.parse_cpus(spec)
-            except ValueError as e:
-                raise OptionsError(f"--{name.replace('_', '-')}: {e}") from e
+    check_cpu_sets(args)
     procs.require_binary("redis-server", procs.REDIS_HINT)
     procs.require_binary("taskset", "Install util-linux (it has taskset).")
 
@@ -370,14 +364,32 @@ def build_parser() -> argparse.ArgumentParser:
                         "report to the lab (`lab run --floor` runs it so after each repeat)")
     p.add_argument("--results", default=str(results.RESULTS),
                    help="where the study's own folder goes without --into (results/)")
+    add_placement_options(p)
+    return p
+
+
+def add_placement_options(p: argparse.ArgumentParser) -> None:
+    """--app-cpus, --redis-cpu and --redis-cpus: where the app in-process and Redis run
+    (placement() reads them; the instruments study places its processes alike)."""
     p.add_argument("--app-cpus", metavar="CPUS",
-                   help="CPUs of the app, this process (default: the lab's server CPU)")
+                   help="CPUs of the app in-process (default: the lab's server CPU)")
     p.add_argument("--redis-cpu", choices=("server", "apart"), default="server",
                    help="Redis on the app's CPU as in the stages (server, the default), or "
                         "on the lab's client CPU (apart)")
     p.add_argument("--redis-cpus", metavar="CPUS",
                    help="CPUs of Redis, instead of --redis-cpu's")
-    return p
+
+
+def check_cpu_sets(args, names: tuple[str, ...] = ("app_cpus", "redis_cpus")) -> None:
+    """Each CPU set option given (`names`, as argparse spells them) parses, or OptionsError
+    names it."""
+    for name in names:
+        spec = getattr(args, name)
+        if spec is not None:
+            try:
+                hosts.parse_cpus(spec)
+            except ValueError as e:
+                raise OptionsError(f"--{name.replace('_', '-')}: {e}") from e
 
 
 def after_repeat(run_dir: Path, repeat: int, seconds: float,

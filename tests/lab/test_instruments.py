@@ -112,6 +112,8 @@ def test_a_short_run_gives_every_instrument_a_figure_and_loses_no_span(tmp_path)
     (["--instruments", "bare,otel,otel"], "an instrument named twice"),
     (["--instruments", "bare,otel", "--seconds", "0"], "--seconds 0.05-60"),
     (["--instruments", "bare,otel", "--sink-cpus", "999"], "--sink-cpus: CPU set '999'"),
+    (["--instruments", "bare", "--app-cpus", "x"], "--app-cpus: CPU set 'x'"),
+    (["--instruments", "bare", "--redis-cpus", "999"], "--redis-cpus: CPU set '999'"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, args, said):
     parsed = study.build_parser().parse_args([*args, "--results", str(tmp_path)])

@@ -2,7 +2,7 @@
 
     python -m benchmarks.studies.instruments
         [--instruments bare,prometheus,flask-exporter,otel,otel-10]
-        [--repeats 3] [--seconds 2] [--redis-cpu server|apart]
+        [--repeats 3] [--seconds 2] [--redis-cpu server|apart] [--app-cpus CPUS] [--redis-cpus CPUS]
 
 Stage 8's app called in-process as a WSGI callable, as the floor study calls it
 (benchmarks/studies/floor.py: the chat mix's request types, each warmed up, then a
@@ -57,13 +57,7 @@ def check(args) -> list[dict]:
         raise OptionsError(f"--repeats must be at least 1 and --seconds "
                            f"{floor.MIN_SECONDS:g}-{floor.MAX_SECONDS:g} (got {args.repeats}, "
                            f"{args.seconds:g})")
-    for name in ("app_cpus", "sink_cpus"):
-        spec = getattr(args, name)
-        if spec is not None:
-            try:
-                hosts.parse_cpus(spec)
-            except ValueError as e:
-                raise OptionsError(f"--{name.replace('_', '-')}: {e}") from e
+    floor.check_cpu_sets(args, ("app_cpus", "redis_cpus", "sink_cpus"))
     procs.require_binary("redis-server", procs.REDIS_HINT)
     procs.require_binary("taskset", "Install util-linux (it has taskset).")
     return chosen
@@ -72,11 +66,9 @@ def check(args) -> list[dict]:
 def placement(args) -> dict[str, frozenset[int]]:
     """The app's CPUs (the lab's server CPU), Redis's (with it, or apart on the client
     CPUs), the sink's (the client CPUs, as a host of its own would be)."""
-    lab = hosts.placement()
-    app = hosts.parse_cpus(args.app_cpus) if args.app_cpus else lab.server
-    sink = hosts.parse_cpus(args.sink_cpus) if args.sink_cpus else lab.client
-    return {"app": app, "redis": app if args.redis_cpu == "server" else lab.client,
-            "sink": sink}
+    app, redis = floor.placement(args)
+    sink = hosts.parse_cpus(args.sink_cpus) if args.sink_cpus else hosts.placement().client
+    return {"app": app, "redis": redis, "sink": sink}
 
 
 class Box:
@@ -197,7 +189,7 @@ def run(args) -> int:
         started.stop_all()
     data = {**environment.environment(), "stage": floor.STAGE, "command": command(args),
             "instruments": chosen, "cpus": {k: hosts.format_cpus(v) for k, v in cpus.items()},
-            "redis_cpu": args.redis_cpu, "seconds": args.seconds, "weights": WEIGHTS,
+            "redis_cpu": floor.layout(args), "seconds": args.seconds, "weights": WEIGHTS,
             "box": box, "repeats": repeats, "totals": totals,
             "prometheus_multiprocess": bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))}
     table.write(out_dir, data)
@@ -210,7 +202,8 @@ def command(args) -> str:
     """The command that made the run, as a user would type it."""
     return " ".join([PROG, *sys.argv[1:]]) if sys.argv[0].endswith("__main__.py") else \
         f"{PROG} --instruments {args.instruments} --repeats {args.repeats} --seconds " \
-        f"{args.seconds:g} --redis-cpu {args.redis_cpu}"
+        f"{args.seconds:g} --redis-cpu {args.redis_cpu}" + \
+        (f" --redis-cpus {args.redis_cpus}" if args.redis_cpus else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,11 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of requests per type, instrument and repeat (2)")
     p.add_argument("--results", default=str(results.RESULTS),
                    help="where the study's folder goes (results/)")
-    p.add_argument("--app-cpus", metavar="CPUS",
-                   help="CPUs of the app's processes (default: the lab's server CPU)")
-    p.add_argument("--redis-cpu", choices=("server", "apart"), default="server",
-                   help="Redis on the app's CPU as in the stages (server), or on the lab's "
-                        "client CPUs (apart)")
+    floor.add_placement_options(p)
     p.add_argument("--sink-cpus", metavar="CPUS",
                    help="CPUs of the OTLP sink (default: the lab's client CPUs)")
     return p

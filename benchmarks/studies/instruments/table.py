@@ -21,7 +21,7 @@ import csv
 from pathlib import Path
 
 from benchmarks.analysis import stats
-from benchmarks.analysis.floor import mix, shown
+from benchmarks.analysis.floor import REDIS_CPU, mix, shown
 from benchmarks.run import results
 
 BARE = "bare"
@@ -135,7 +135,7 @@ def about(data: dict) -> str:
     mode = "multiprocess" if data.get("prometheus_multiprocess") else "single-process"
     return (f"Stage {data['stage']}'s app in-process (benchmarks/studies/instruments/), bare "
             f"and with each instrument, a process each on CPU {data['cpus']['app']}; Redis on "
-            f"CPU {data['cpus']['redis']} (`--redis-cpu {data['redis_cpu']}`), the OTLP sink on "
+            f"CPU {data['cpus']['redis']} ({REDIS_CPU[data['redis_cpu']]}), the OTLP sink on "
             f"CPU {data['cpus']['sink']}. Each request type for {data['seconds']:g} s per "
             f"instrument and repeat, {n} repeat(s), the instruments' order turned by one each "
             f"repeat; commit `{data.get('git_commit')}`. us CPU/request: the app process's CPU "
