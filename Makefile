@@ -224,7 +224,8 @@ image-test:
 # emulation, which no CI budget fits, so neither `make test` nor CI runs it (the fast
 # test tests/lab/test_vm.py holds its pieces to the pages and the cloud-init file).
 # Root; installs the lab first (the typing reads the registry with the lab's venv), and
-# qemu-system-x86, qemu-utils, genisoimage and debootstrap when missing.
+# qemu-system-x86, qemu-utils, genisoimage and debootstrap when missing; needs ssh
+# (openssh-client). It clones the committed HEAD: an uncommitted change is not tested.
 vm-test: install
 	sh setup/vm-test.sh
 

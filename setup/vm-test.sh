@@ -18,7 +18,7 @@
 # Each step with its time and PASS/FAIL, then a last line PASS or FAIL (exit 0 only if
 # every step passed). Everything it starts stops on success, error and Ctrl-C; its
 # temporary files are in a 0700 folder that goes too; the logs stay in results/vm-test.
-# Root (apt-get, debootstrap). Slow: most of an hour under emulation; not in `make test`.
+# Root (apt-get, debootstrap); ssh and ssh-keygen (openssh-client) on the host. Slow: most of an hour under emulation; not in `make test`.
 #   sh setup/vm-test.sh          (`make vm-test`)
 #   VM_SSH_PORT=2222 sh setup/vm-test.sh   (the host's side of the VM's ssh; default: free)
 set -u
@@ -70,6 +70,9 @@ preflight() {
         die "no qemu-system-x86_64 and no apt-get to install it (Debian: qemu-system-x86)"
     command -v apt-get >/dev/null || command -v debootstrap >/dev/null ||
         die "no debootstrap and no apt-get to install it"
+    # the VM is reached over ssh with a key pair made for the run; not installed here
+    command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
+        die "no ssh or ssh-keygen: apt-get install openssh-client"
     case $ACCEL in tcg|kvm) ;; *) die "VM_ACCEL=$ACCEL: tcg (the default) or kvm" ;; esac
     SSH_PORT=${VM_SSH_PORT:-$(free_port)}
     port_free "$SSH_PORT" || die "port $SSH_PORT on 127.0.0.1 is taken: VM_SSH_PORT=another"

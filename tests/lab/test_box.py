@@ -348,13 +348,16 @@ def test_the_cloud_init_file_writes_setup_lab_ready_as_it_is():
 
 def test_the_lima_recipe_installs_lab_ready_and_runs_it():
     """docs/laptops.md's Lima block installs setup/lab-ready.sh where the cloud-init file
-    puts it (on sudo's secure_path), then runs it: a Lima box is checked as ready too. The
-    cloud-init file's own header says so."""
+    puts it (on sudo's secure_path), then runs it on the mounted clone, which it copies
+    into /lab (again on a re-run, where `cp -a "$PWD" /lab` would copy into /lab/NAME): a
+    Lima box is checked as ready too. The cloud-init file's own header says so."""
     commands = recipe("A VM with Lima")
-    install = ("limactl shell ftl sudo install -m 0755 /lab/setup/lab-ready.sh "
+    install = ('limactl shell ftl sudo install -m 0755 "$PWD/setup/lab-ready.sh" '
                "/usr/local/sbin/lab-ready")
     assert install in commands, commands
-    assert commands.index("limactl shell ftl sudo lab-ready") > commands.index(install)
+    ready = [c for c in commands if c.startswith('limactl shell ftl sudo lab-ready "$PWD"')]
+    assert ready and commands.index(ready[0]) > commands.index(install), commands
+    assert not [c for c in commands if " cp " in c], commands
     assert "/usr/local/sbin" in SECURE_PATH.split(":")
     comments = [ln.lstrip("# ") for ln in CLOUD_INIT.read_text().splitlines()
                 if ln.startswith("#")]

@@ -124,13 +124,13 @@ REGISTRY = {
         "limactl start --name=ftl --cpus=2 --memory=4 --disk=20 template://debian-12": LIMA,
         "limactl shell ftl sudo sh -c 'apt-get update && apt-get install -y make git "
         "python3-venv'": LIMA,
-        'limactl shell ftl sudo cp -a "$PWD" /lab': LIMA,
-        "limactl shell ftl sudo install -m 0755 /lab/setup/lab-ready.sh "
+        'limactl shell ftl sudo install -m 0755 "$PWD/setup/lab-ready.sh" '
         "/usr/local/sbin/lab-ready": LIMA,
-        "limactl shell ftl sudo lab-ready": LIMA,
+        'limactl shell ftl sudo lab-ready "$PWD"': LIMA,
         "limactl shell ftl sudo make -C /lab lab": LIMA,
-        "multipass launch 24.04 --name ftl --cpus 2 --memory 4G --disk 20G --cloud-init "
-        "setup/cloud-init.yaml": MULTIPASS,
+        "multipass launch 24.04 --name ftl --cpus 2 --memory 4G --disk 20G --timeout 1800 "
+        "--cloud-init setup/cloud-init.yaml": MULTIPASS,
+        "multipass exec ftl -- cloud-init status --wait": MULTIPASS,
         "multipass transfer --recursive . ftl:/home/ubuntu/flask-tuning-lab": MULTIPASS,
         "multipass exec ftl -- sudo sed -i 's/^FTL_UI_ADDRESS=.*/FTL_UI_ADDRESS=0.0.0.0/' "
         "/etc/flask-tuning-lab.conf": MULTIPASS,
