@@ -470,15 +470,18 @@ def as_run(line: str) -> str:
 @pytest.mark.netns
 @pytest.mark.slow
 def test_the_labs_make_lab_outputs_have_the_shape_of_a_run_now(full_run):
-    """Each captured `make lab STAGES=...` output of the exercises: every line is one
-    that `lab run` prints now, figures aside (the full run above; a line naming a stage
-    it leaves out, a gevent twin, is read for its base stage's line)."""
-    from test_docs import fenced_blocks, lab_files, rel
+    """Each captured `make lab STAGES=...` output of the exercises and of the pages that
+    keep their runs: every line is one that `lab run` prints now, figures aside (the full
+    run above; a line naming a stage it leaves out, a gevent twin, is read for its base
+    stage's line)."""
+    from test_docs import ROOT, fenced_blocks, lab_files, rel
 
     printed = {shape(ln) for ln in (full_run["results"] / "lab-output.txt").read_text()
                .splitlines()}
     checked, stale = 0, []
-    for path in lab_files():
+    # and the pages that keep the labs' runs whole (lab 11's moved there)
+    runs = [ROOT / "docs" / "failure-runs.md", ROOT / "docs" / "floor-runs.md"]
+    for path in [*lab_files(), *runs]:
         blocks = fenced_blocks(path)
         for (_, lang, lines), (n, next_lang, output) in zip(blocks, blocks[1:], strict=False):
             if lang == "bash" and next_lang == "text" and \
