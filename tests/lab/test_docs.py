@@ -1004,3 +1004,26 @@ def test_the_readme_is_a_front_door():
                 if f"]({rel(p)})" not in text]
     assert not unlinked, f"README.md does not link {unlinked}"
     assert len(pages()) >= 5
+
+
+LAB_MAX_WORDS = 3000  # a slot of the day: reference (a run's tables, derivations) lives in docs/
+
+
+def words(path: Path) -> int:
+    """Words as `wc -w` counts them in a UTF-8 locale: runs of non-whitespace."""
+    return len(path.read_text().split())
+
+
+def test_every_lab_fits_its_slot():
+    """No lab over 3,000 words (`wc -w exercises/[0-9]*.md`)."""
+    over = {p.name: words(p) for p in sorted(EXERCISES.glob("[0-9]*.md"))
+            if words(p) > LAB_MAX_WORDS}
+    assert not over, f"over {LAB_MAX_WORDS:,} words (move reference to docs/): {over}"
+
+
+def test_words_are_counted_as_wc_counts_them():
+    labs = sorted(EXERCISES.glob("[0-9]*.md"))
+    done = subprocess.run(["wc", "-w", *map(str, labs)], capture_output=True, text=True,
+                          check=True, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    counted = [int(line.split()[0]) for line in done.stdout.splitlines()[:len(labs)]]
+    assert counted == [words(p) for p in labs]
