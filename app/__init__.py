@@ -15,6 +15,7 @@ from . import (
     errors,
     fast_path,
     gc_log,
+    gc_policy,
     health,
     metrics,
     realtime,
@@ -38,6 +39,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     settings.validate(app.config, app.logger)
     fast_path.init_json(app)
     gc_log.init_app(app)
+    gc_policy.init_app(app)
 
     access_log.init_app(app)  # first: its clock starts before the other hooks
     metrics.init_app(app)  # next, for the same reason (a 413 from validation is counted)

@@ -11,6 +11,8 @@ import logging
 
 import limits
 
+from . import gc_policy
+
 REDIS_MODES = ("per-request", "pool")
 
 # Fixed and public on purpose: it only exists so that a laptop demo starts
@@ -90,6 +92,11 @@ DEFAULTS = {
     # Log each garbage collection that pauses the process this many ms or more
     # (app/gc_log.py); 0: none.
     "GC_LOG_MS": 0.0,
+    # The collector set for a long-lived server (app/gc_policy.py): every object alive
+    # moved out of every collection this often (seconds; 0: never), and
+    # gc.set_threshold's three numbers ("": the running Python's own).
+    "GC_FREEZE_EVERY": 0.0,
+    "GC_THRESHOLDS": "",
     # Stage 7 ("the code itself", app/fast_path.py): each one of the profile's hot costs,
     # off by default so that every earlier stage keeps its behaviour.
     # The token check rides in each chat view's first (and mostly only) round trip to Redis.
@@ -169,14 +176,15 @@ def check_async_mode(value) -> None:
                           f"{', '.join(ASYNC_MODES)}, not {value!r}")
 
 
-def gc_log_ms(value) -> float:
-    """GC_LOG_MS: 0 (off) or the ms from which a collection is logged (app/gc_log.py)."""
+def off_or_number(name: str, value, unit: str) -> float:
+    """A setting that is 0 (off) or a number of `unit`: GC_LOG_MS (app/gc_log.py),
+    GC_FREEZE_EVERY (app/gc_policy.py)."""
     try:
         number = float(value)
         if isinstance(value, bool) or not number >= 0:
             raise ValueError
     except (TypeError, ValueError):
-        raise ConfigError(f"GC_LOG_MS (FLASK_GC_LOG_MS) must be 0 (off) or a number of ms, "
+        raise ConfigError(f"{name} (FLASK_{name}) must be 0 (off) or a number of {unit}, "
                           f"not {value!r}") from None
     return number
 
@@ -244,7 +252,13 @@ def validate(config: dict, logger: logging.Logger) -> None:
             raise ConfigError(f"{name} (FLASK_{name}) must be a limit like '10 per minute', "
                               f"not {config.get(name)!r}") from None
 
-    config["GC_LOG_MS"] = gc_log_ms(config.get("GC_LOG_MS"))
+    config["GC_LOG_MS"] = off_or_number("GC_LOG_MS", config.get("GC_LOG_MS"), "ms")
+    config["GC_FREEZE_EVERY"] = off_or_number("GC_FREEZE_EVERY", config.get("GC_FREEZE_EVERY"),
+                                              "seconds")
+    try:
+        config["GC_THRESHOLDS"] = gc_policy.thresholds(config.get("GC_THRESHOLDS"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     for name, kind in [(n, int) for n in _INTS] + [(n, float) for n in _FLOATS]:
         value = config.get(name)
         try:

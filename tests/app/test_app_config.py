@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -100,6 +101,11 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"LOGIN_FAILURES_PER_ACCOUNT": "often"}, "LOGIN_FAILURES_PER_ACCOUNT"),
     ({"GC_LOG_MS": -1}, "GC_LOG_MS"),
     ({"GC_LOG_MS": "slow"}, "GC_LOG_MS"),
+    ({"GC_FREEZE_EVERY": -5}, "GC_FREEZE_EVERY"),
+    ({"GC_FREEZE_EVERY": "often"}, "GC_FREEZE_EVERY"),
+    ({"GC_THRESHOLDS": "700,10"}, "GC_THRESHOLDS"),
+    ({"GC_THRESHOLDS": "0,10,10"}, "GC_THRESHOLDS"),
+    ({"GC_THRESHOLDS": "a,b,c"}, "GC_THRESHOLDS"),
 ])
 def test_bad_settings_fail_at_start_up(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -149,3 +155,40 @@ def test_a_slow_collection_is_logged_when_asked():
     assert re.search(r"^gc: generation 2 took \d+ ms, \d+ objects tracked$", said["0.001"],
                      re.M), said["0.001"]
     assert "gc:" not in said["0"] and "gc:" not in said["600000"], said
+
+
+# A process of its own, as a server is: the policy acts once a process, the first app made.
+POLICY = """
+import gc, json, time
+from app import create_app
+before = gc.get_threshold()
+create_app()
+at_start = gc.get_freeze_count()
+made = [[i] for i in range(5000)]
+time.sleep(0.7)
+print(json.dumps({"before": before, "after": gc.get_threshold(), "at_start": at_start,
+                  "later": gc.get_freeze_count()}))
+"""
+
+
+def policy_run(**settings) -> dict:
+    env = {**os.environ, "FLASK_SECRET_KEY": "k", **settings}
+    done = subprocess.run([sys.executable, "-c", POLICY], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_the_collector_is_frozen_at_start_and_every_period_when_asked():
+    """FLASK_GC_FREEZE_EVERY (app/gc_policy.py): what lives at start-up is frozen at once,
+    what the process makes after it at the next period; FLASK_GC_THRESHOLDS set too."""
+    found = policy_run(FLASK_GC_FREEZE_EVERY="0.2", FLASK_GC_THRESHOLDS="5000,20,30")
+    assert found["at_start"] > 10_000, found  # the app and its libraries
+    assert found["later"] >= found["at_start"] + 5000, found  # the lists made after it
+    assert found["after"] == [5000, 20, 30], found
+
+
+def test_without_the_settings_the_collector_is_as_python_has_it():
+    found = policy_run()
+    assert found["at_start"] == found["later"] == 0, found
+    assert found["after"] == found["before"], found
