@@ -15,7 +15,7 @@ import argparse
 import signal
 import sys
 
-from benchmarks.run import options, results
+from benchmarks.run import limits, options, results
 from benchmarks.sandbox import hosts, procs, sandbox
 
 
@@ -101,6 +101,7 @@ def main(prog: str, run, args, leftovers=None) -> int:
     after an interrupt, so the last line tells the truth.
     """
     _Interrupts(prog).install()
+    limits.raise_nofile()  # what the lab starts inherits it: a websocket is a descriptor
     try:
         return run(args)
     except (options.OptionsError, KeyError) as e:

@@ -55,6 +55,7 @@ from wsproto.events import (
 from wsproto.extensions import PerMessageDeflate
 
 from benchmarks import latency_log
+from benchmarks.run import limits
 
 PATH = "/socket.io/?EIO=4&transport=websocket"
 CONNECTING_AT_ONCE = 100  # connects in flight: enough to be quick, few enough to be fair
@@ -365,13 +366,6 @@ def rss_kib() -> int:
         return int(f.read().split()[1]) * resource.getpagesize() // 1024
 
 
-def raise_nofile() -> None:
-    """A descriptor per user: the soft limit up to the hard one (1,024 is a common soft
-    limit; lab 07)."""
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.studies.capacity.client",
                                 description=__doc__.split("\n\n")[0])
@@ -405,7 +399,7 @@ async def main_async(args) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    raise_nofile()
+    limits.raise_nofile()  # a descriptor a user
     asyncio.run(main_async(args))
     return 0
 
