@@ -55,8 +55,8 @@ def test_users_are_split_in_whole_rooms_and_steps_follow_the_file():
 
 def _row(**changes) -> dict:
     row = {"connect_failed": 0, "connect_failures": {}, "dropped": 0, "lost": 0,
-           "expected": 100, "ack_errors": 0, "server_held": 50, "connected": 50,
-           "server_stored": 10, "acked": 10, "delivery_p99_ms": 20.0}
+           "expected": 100, "sent": 10, "not_acked": 0, "server_held": 50, "connected": 50,
+           "server_stored": 10, "acked": 10, "delivery_p99_ms": 20.0, "seconds": 35.2}
     return {**row, **changes}
 
 
@@ -64,11 +64,13 @@ def _row(**changes) -> dict:
     ({}, None),
     ({"delivery_p99_ms": 251.0}, "delivery p99 251.0 ms > 250 ms"),
     ({"delivery_p99_ms": None}, "delivery p99 None ms"),  # nothing delivered: not a pass
-    ({"lost": 3}, "3 of 100 deliveries lost"),
+    ({"lost": 3}, "3 of 100 deliveries did not arrive (counted as 35.2 s in the percentiles)"),
+    ({"not_acked": 2, "acked": 8, "server_stored": 8}, "2 of 10 sends not acked"),
     ({"connect_failed": 2, "connect_failures": {"timeout": 2}}, "2 connects failed (timeout: 2)"),
     ({"server_held": 49}, "the server holds 49 websockets, the load 50"),
     ({"server_stored": 9}, "the server stored 9 messages, 10 were acked"),
-], ids=["holds", "slow", "none-delivered", "lost", "connects", "held", "stored"])
+], ids=["holds", "slow", "none-delivered", "lost", "not-acked", "connects", "held",
+        "stored"])
 def test_a_step_breaks_on_each_part_of_its_objective(changes, says):
     why = verdict.broke(_row(**changes), 250)
     assert (why == []) if says is None else any(says in w for w in why), why
@@ -109,7 +111,8 @@ def test_two_steps_on_stage_9t_hold_the_loads_counts_to_the_servers(tmp_path):
     assert f"stage 9t holds {STEPS[-1]} users" in out
     text = (run_dir / report.REPORT).read_text()
     assert all(report.step_line(r) in text for r in rows), text
-    assert f"- **9t** holds {STEPS[-1]} users in every repeat (1); at {STEPS[-1]}:" in text
+    assert (f"- **9t**: {STEPS[0]} users held in 1 of 1 repeats, {STEPS[1]} users held in 1 "
+            f"of 1 repeats; at {STEPS[-1]}:") in text
     hlog = (run_dir / "09t-socketio-threads" / "repeat-1" / "step-2.hlog").read_text()
     assert all(f"Tag={kind}," in hlog for kind in ("ack", "connect", "delivery", "lag")), hlog
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.analysis import stats
+from benchmarks.studies.capacity import verdict
 
 REPORT = "report.md"
 REFERENCE = "9"  # gevent, stage 9's own Socket.IO server: the others are compared with it
@@ -62,10 +63,16 @@ def shown(iv: dict) -> str:
 
 
 def stage_line(stage: str, repeats: dict[int, list[dict]]) -> str:
-    holds = [max([r["users"] for r in steps if not r["broke"]], default=0)
-             for steps in repeats.values()]
+    """How many repeats held each step, the figures at the largest step every repeat held,
+    and what broke first."""
+    total, held_in = len(repeats), defaultdict(int)
+    for steps in repeats.values():
+        for r in steps:
+            held_in[r["users"]] += not r["broke"]
+    steps = sorted({r["users"] for steps in repeats.values() for r in steps})
+    said = f"- **{stage}**: " + ", ".join(
+        f"{u:,} users held in {held_in[u]} of {total} repeats" for u in steps)
     common = held_steps(repeats)
-    said = f"- **{stage}** holds {min(holds):,} users in every repeat ({len(holds)})"
     if common:
         top = max(common)
         rs = common[top]
@@ -76,30 +83,55 @@ def stage_line(stage: str, repeats: dict[int, list[dict]]) -> str:
                  f"{shown(stats.interval(r['delivery_p99_ms'] for r in rs))} ms")
     broke = [steps[-1] for steps in repeats.values() if steps[-1]["broke"]]
     for r in broke[:1]:
-        said += f"; at {r['users']:,}: {'; '.join(r['broke'])}; limited by {r['limit']}"
+        said += (f"; at {r['users']:,} (repeat {r['repeat']}): {'; '.join(r['broke'])}; "
+                 f"{verdict.limited_by(r['limit'])}")
+    left = [steps[-1]["left_pss_mib"] for steps in repeats.values()
+            if steps[-1].get("left_pss_mib") is not None]
+    if left:
+        said += (f"; once its users had left, its PSS stayed {', '.join(map(str, left))} MiB "
+                 f"above its rest")
     return said
 
 
+def ran_steps(repeats: dict[int, list[dict]]) -> dict[int, list[dict]]:
+    """users -> that step's row in each repeat, for the steps every repeat ran (held or
+    broke: the one that broke is the step that matters)."""
+    per: dict[int, list[dict]] = defaultdict(list)
+    for steps in repeats.values():
+        for r in steps:
+            per[r["users"]].append(r)
+    return {u: rs for u, rs in per.items() if len(rs) == len(repeats)}
+
+
 def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
-    """Each stage against the reference at the largest step both held in every repeat."""
+    """Each stage against the reference: memory and CPU at the largest step both held in
+    every repeat; the delivery p99 at the largest step both ran in every repeat (where the
+    reference broke, when it did)."""
     if REFERENCE not in stages:
         return []
-    ref, out = held_steps(stages[REFERENCE]), []
+    reference, out = stages[REFERENCE], []
     for stage, repeats in stages.items():
-        mine = held_steps(repeats)
-        both = sorted(set(ref) & set(mine))
-        if (stage == REFERENCE or " x" in stage or not both
-                or len(repeats) != len(stages[REFERENCE])):  # fan-out variants: their table
+        if (stage == REFERENCE or " x" in stage
+                or len(repeats) != len(reference)):  # fan-out variants: their table
             continue
-        top = both[-1]
-        for name, words in (("pss_kib_per_user", "memory a user"),
-                            ("realtime_us_per_delivery", "CPU a delivery")):
-            ratios = [b[name] / a[name] for a, b in zip(ref[top], mine[top], strict=True)
-                      if a[name] and b[name]]
-            if ratios:
-                out.append(f"- {stage} / {REFERENCE}, {words} at {top:,} users: "
-                           f"{stats.verdict(stats.step(ratios))}")
+        for steps, names in ((held_steps, (("pss_kib_per_user", "memory a user"),
+                                           ("realtime_us_per_delivery", "CPU a delivery"))),
+                             (ran_steps, (("delivery_p99_ms", "delivery p99"),))):
+            ref, mine = steps(reference), steps(repeats)
+            both = sorted(set(ref) & set(mine))
+            for name, words in names if both else ():
+                out += ratio_line(stage, words, both[-1], ref[both[-1]], mine[both[-1]], name)
     return out
+
+
+def ratio_line(stage: str, words: str, users: int, ref: list[dict], mine: list[dict],
+               name: str) -> list[str]:
+    """`stage` against the reference on `name` at `users`, paired by repeat."""
+    ratios = [b[name] / a[name] for a, b in zip(ref, mine, strict=True) if a[name] and b[name]]
+    if not ratios:
+        return []
+    return [f"- {stage} / {REFERENCE}, {words} at {users:,} users: "
+            f"{stats.verdict(stats.step(ratios))}"]
 
 
 def fanout_lines(rows: list[dict]) -> list[str]:

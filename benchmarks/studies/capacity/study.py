@@ -37,7 +37,7 @@ from pathlib import Path
 
 from benchmarks import latency_log, stages
 from benchmarks.profile import record
-from benchmarks.run import cli, options, results, runner
+from benchmarks.run import cli, limits, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs
 from benchmarks.studies.capacity import clients, fanout, plots, report, servers, verdict
@@ -108,7 +108,22 @@ def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int)
             if row["broke"]:
                 break
             load.go()
+    if rows:
+        rows[-1].update(after_leaving(stack, rest))
     return rows
+
+
+def after_leaving(stack, rest) -> dict:
+    """What the real-time server keeps once every user has left (the load processes
+    closed their websockets): its PSS above its rest (app/gc_policy.py's price: the
+    cycles among frozen objects stay)."""
+    deadline = time.monotonic() + LEAVE_WAIT
+    while servers.read(stack).held and time.monotonic() < deadline:
+        time.sleep(1)
+    time.sleep(LEAVE_SETTLE)  # what the server does as its sessions close
+    left = servers.read(stack, memory=True)
+    return {"left_held": left.held, "left_pss_mib": round(
+        (left.roles["realtime"].pss_kib - rest.roles["realtime"].pss_kib) / 1024, 1)}
 
 
 def line(row: dict) -> str:
@@ -120,6 +135,8 @@ def line(row: dict) -> str:
             f"load {row['load_cpu_percent_max']}% -> {verdict_words}")
 
 
+LEAVE_WAIT, LEAVE_SETTLE = 60, 5  # seconds: for the websockets to close, then to settle
+NOFILE_OWN = 1024  # a server's descriptors beside its websockets: logs, Redis, listeners
 NARROW = "narrow-ports"
 GC_LOG_MS = "20"  # the real-time server logs each collection this long (app/gc_log.py)
 
@@ -188,6 +205,12 @@ def check_args(args) -> None:
         raise options.OptionsError("--grace >= 0, --repeats and --load-processes >= 1")
     if not args.processes or min(args.processes) < 1 or max(args.processes) > 8:
         raise options.OptionsError("--processes: counts from 1 to 8, comma-separated (1,2,3)")
+    # a descriptor a websocket in the real-time server (all of them on one process) and
+    # in the load process that holds it; NOFILE_OWN for each one's own files
+    short = limits.check_nofile(args.users[-1] + NOFILE_OWN,
+                                f"--users {args.users[-1]:,} (a descriptor a websocket)")
+    if short:
+        raise options.OptionsError(short)
 
 
 def run(args) -> int:

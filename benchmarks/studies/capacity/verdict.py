@@ -13,10 +13,11 @@ server's log names (Nginx's "worker_connections are not enough", "Too many open
 files": servers.SIGNS); garbage collection (a collection of the real-time server's
 that paused it for half the objective or more, app/gc_log.py's lines); the server's
 CPU (the server roles together over 90% of their CPU set's time); descriptors (the
-real-time server within 5% of its `nofile`); memory (the box's available memory under
-10%); a cap on connections (connects failed or timed out with CPU to spare: a pool of
-threads, gunicorn's `worker_connections`, an accept queue); else "unclear", with the
-figures to look at.
+real-time server within 5% of its `nofile`); the box's threads (the real-time server's
+at 80% of kernel.pid_max or threads-max, which every process's threads share); memory
+(the box's available memory under 10%); a cap on connections (connects failed or timed
+out with CPU to spare: a pool of threads, gunicorn's `worker_connections`, an accept
+queue); else "unclear", with the figures to look at.
 """
 
 from __future__ import annotations
@@ -27,12 +28,22 @@ import psutil
 from hdrh.histogram import HdrHistogram
 
 from benchmarks import latency_log
+from benchmarks.run import limits
 from benchmarks.studies.capacity.servers import Reading, gc_pauses
 
 LOAD_CPU_MAX = 90.0  # % of a core a load process may use before it is the limit
 SERVER_CPU_MAX = 90.0  # % of the server CPU set's time
 NOFILE_MARGIN = 0.95
+THREADS_SHARE = 0.8  # of the box's thread cap (limits.thread_cap): the rest of the box has some
 MEMORY_MIN = 0.10  # of the box's memory, available
+UNCLEAR = "unclear"  # no limit of the list above in the step's figures
+
+
+def limited_by(limit: str | None) -> str:
+    """A step's limit as the end of a sentence."""
+    if limit == UNCLEAR:
+        return "what limited it is none of the study's limits (its row in capacity.json)"
+    return f"limited by {limit}"
 
 
 def merged(events: list[dict], kind: str) -> HdrHistogram:
@@ -85,9 +96,12 @@ def step_row(step: int, users: int, connected: list[dict], held: list[dict], res
     failed = sum((Counter(e["failed"]) for e in connected), Counter())
     delivery, ack, connect = (merged(held, "delivery"), merged(held, "ack"),
                               merged(connected, "connect"))
+    lost = count["expected"] - count["received"]
+    if lost > 0:  # never arrived: slower than any that did (lab 14), not left out
+        delivery.record_value(int(wall * 1e6), lost)
     row = {"step": step, "users": users, "connected": sum(e["users"] for e in connected),
            "connect_failed": sum(failed.values()), "connect_failures": dict(failed),
-           **count, "lost": count["expected"] - count["received"],
+           **count, "lost": lost, "not_acked": count["sent"] - count["acked"],
            "server_held": after.held, "server_stored": after.stored - before.stored,
            "delivered_per_s": round(count["received"] / wall, 1),
            "expected_per_s": round(count["expected"] / wall, 1),
@@ -123,15 +137,17 @@ def broke(row: dict, objective_ms: float) -> list[str]:
                    f"({', '.join(f'{k}: {v}' for k, v in row['connect_failures'].items())})")
     if row["dropped"]:
         why.append(f"{row['dropped']} connected users dropped")
-    if row["lost"] > 0 or row["ack_errors"]:
-        why.append(f"{row['lost']} of {row['expected']} deliveries lost, "
-                   f"{row['ack_errors']} sends not acked")
+    if row["lost"] > 0:
+        why.append(f"{row['lost']:,} of {row['expected']:,} deliveries did not arrive (counted "
+                   f"as {row['seconds']:g} s in the percentiles)")
+    if row["not_acked"]:
+        why.append(f"{row['not_acked']:,} of {row['sent']:,} sends not acked")
     if row["server_held"] != row["connected"]:
         why.append(f"the server holds {row['server_held']} websockets, the load "
                    f"{row['connected']}")
     if row["server_stored"] != row["acked"]:
-        why.append(f"the server stored {row['server_stored']} messages, "
-                   f"{row['acked']} were acked")
+        why.append(f"the server stored {row['server_stored']:,} messages, "
+                   f"{row['acked']:,} were acked")
     p99 = row["delivery_p99_ms"]
     if p99 is None or p99 > objective_ms:
         why.append(f"delivery p99 {p99} ms > {objective_ms:g} ms")
@@ -153,13 +169,17 @@ def limit(row: dict, objective_ms: float) -> str:
         return f"the server's CPU ({row['server_cpu_percent_of_set']}% of its CPU set)"
     if row["realtime_nofile"] and row["realtime_fds"] >= NOFILE_MARGIN * row["realtime_nofile"]:
         return f"file descriptors ({row['realtime_fds']} of nofile {row['realtime_nofile']})"
+    cap = limits.thread_cap()
+    if cap and row["realtime_threads"] >= THREADS_SHARE * cap:
+        return (f"the box's threads ({row['realtime_threads']:,} in the real-time server; "
+                f"kernel.pid_max and threads-max allow {cap:,} in all)")
     memory = psutil.virtual_memory()
     if memory.available < MEMORY_MIN * memory.total:
         return f"memory ({memory.available // 2**20} MiB available)"
     if row["connect_failed"]:
         return (f"a cap on connections with CPU to spare ({row['realtime_threads']} threads, "
                 f"{row['realtime_fds']} fds: a thread pool, worker_connections or a queue)")
-    return "unclear: see the step's figures"
+    return UNCLEAR
 
 
 def summary(stage_key: str, rows: list[dict]) -> str:
@@ -175,4 +195,4 @@ def summary(stage_key: str, rows: list[dict]) -> str:
     if failing is None:
         return said + "; every step held (raise --users to find its limit)"
     return (f"{said}; at {failing['users']}: {'; '.join(failing['broke'])}; "
-            f"limited by {failing['limit']}")
+            f"{limited_by(failing['limit'])}")
