@@ -112,6 +112,9 @@ GUNICORN_EVENTLET_REALTIME = ("gunicorn", "-c", "gunicorn/eventlet-realtime.conf
                               "-b", "{app_host}:{app_port}", "app.wsgi:app")
 GUNICORN_GTHREAD_REALTIME = ("gunicorn", "-c", "gunicorn/gthread-realtime.conf.py",
                              "-b", "{app_host}:{app_port}", "app.wsgi:app")
+# Stage 10: stage 9's gevent worker set to hold users (lab 16): the config says why.
+GUNICORN_REALTIME = ("gunicorn", "-c", "gunicorn/realtime.conf.py", "-b", "{app_host}:{app_port}",
+                     "app.wsgi:app")
 # python-socketio's AsyncServer (app/asgi.py) on granian's ASGI interface: one event loop.
 GRANIAN_ASGI = ("granian", "--interface", "asgi", "--workers", "1",
                 "--respawn-failed-workers", "--workers-kill-timeout", "3",
@@ -133,6 +136,9 @@ SPLIT = CODE_ITSELF
 # on both of its servers, as a deployment turns one on for the whole app. Its metrics
 # in prometheus_client's single-process mode (granian runs one worker); with --metrics
 # the lab gives each server a multiprocess folder, as it does every stage's.
+# Stage 10t: gevent's greenlet tree tracked (gevent's default, stage 9's), against
+# gunicorn/realtime.conf.py's off.
+GREENLET_TREE = {"GEVENT_TRACK_GREENLET_TREE": "true"}
 METRICS_ON = {"FLASK_METRICS": "1"}
 # Traces to the lab's span sink (the stage's `metrics` host: benchmarks/run/spans.py);
 # 10%: the ratio the instruments study picked (benchmarks/studies/instruments/variants.py)

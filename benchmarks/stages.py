@@ -64,6 +64,7 @@ from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_T
     EVENTLET,
     GRANIAN_ASGI,
     GRANIAN_TODAY,
+    GREENLET_TREE,
     GUNICORN_EVENTLET,
     GUNICORN_EVENTLET_ONE,
     GUNICORN_EVENTLET_REALTIME,
@@ -71,6 +72,7 @@ from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_T
     GUNICORN_GEVENT,
     GUNICORN_GTHREAD,
     GUNICORN_GTHREAD_REALTIME,
+    GUNICORN_REALTIME,
     GUNICORN_SYNC,
     GUNICORN_SYNC_BACKLOG,
     GUNICORN_TODAY,
@@ -159,7 +161,7 @@ SETS = {s.name: s for s in (
     StageSet("today", "labs 13, 15", "today's servers beside the book's eventlet: gthread, "
              "granian"),
     StageSet("realtime", "lab 16", "stage 9's Socket.IO server on eventlet, threads and "
-             "asyncio beside gevent, for the capacity study"),
+             "asyncio beside gevent, and stage 10 set to hold users, for the capacity study"),
     StageSet("watched", "lab 17", "stage 9 with its metrics, and with its traces to a span "
              "sink (all of them, a tenth)"),
 )}
@@ -454,22 +456,26 @@ STAGES: tuple[Stage, ...] = (
           see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
     RUST_HTTP_SERVER,
-    # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed
-    replace(RUST_HTTP_SERVER, key="9e", slug="socketio-eventlet", twin_of="9",
-            set_name="realtime", title="stage 9, Socket.IO on eventlet",
-            socketio_server=GUNICORN_EVENTLET_REALTIME,
-            see="the same as stage 9, its websockets held by gunicorn 25.3's eventlet "
-                "worker (green threads), from .venv-eventlet"),
-    replace(RUST_HTTP_SERVER, key="9t", slug="socketio-threads", twin_of="9",
-            set_name="realtime", title="stage 9, Socket.IO on threads",
-            socketio_server=GUNICORN_GTHREAD_REALTIME, env={**SPLIT, **THREADING},
-            see="the same as stage 9 on gunicorn's gthread worker, no green library: "
-                "each websocket holds a thread"),
-    replace(RUST_HTTP_SERVER, key="9a", slug="socketio-asyncio", twin_of="9",
-            set_name="realtime", title="stage 9, Socket.IO on asyncio (ASGI)",
-            socketio_server=GRANIAN_ASGI,
-            see="the same as stage 9, its websockets held by python-socketio's AsyncServer "
-                "on granian's ASGI interface: one event loop"),
+    # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed;
+    # stage 10, the one set to hold users, and 10t, stage 10 with one setting as 9 has it
+    *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of=base, set_name="realtime",
+              title=title, socketio_server=server, env={**SPLIT, **env}, see=see)
+      for key, slug, base, title, server, env, see in (
+          ("9e", "socketio-eventlet", "9", "stage 9, Socket.IO on eventlet",
+           GUNICORN_EVENTLET_REALTIME, {}, "the same as stage 9, its websockets held by "
+           "gunicorn 25.3's eventlet worker (green threads), from .venv-eventlet"),
+          ("9t", "socketio-threads", "9", "stage 9, Socket.IO on threads",
+           GUNICORN_GTHREAD_REALTIME, THREADING, "the same as stage 9 on gunicorn's gthread "
+           "worker, no green library: each websocket holds a thread"),
+          ("9a", "socketio-asyncio", "9", "stage 9, Socket.IO on asyncio (ASGI)", GRANIAN_ASGI,
+           {}, "the same as stage 9, its websockets held by python-socketio's AsyncServer on "
+           "granian's ASGI interface: one event loop"),
+          ("10", "realtime-tuned", "9", "stage 9's Socket.IO server tuned to hold users",
+           GUNICORN_REALTIME, {}, "the same as stage 9 on gunicorn/realtime.conf.py: the "
+           "collector frozen, gevent's greenlet tree off; one core holds more users"),
+          ("10t", "realtime-tree-on", "10", "stage 10, gevent's greenlet tree on",
+           GUNICORN_REALTIME, GREENLET_TREE, "stage 10 with gevent's greenlet tree tracked "
+           "again, as in stage 9: what that one setting costs a user"))),
     # the watched set (`--stages watched`, lab 17): stage 9, an instrument on
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of="9", set_name="watched",
               title=f"stage 9, {what}", env={**SPLIT, **env},

@@ -70,6 +70,12 @@ SETTINGS = {
                                                worker_connections=20000, keepalive=10),
     "gunicorn/gthread-realtime.conf.py": dict(worker_class="gthread", workers=1, threads=10500,
                                               worker_connections=20000, keepalive=10),
+    # stage 10: stage 9's server set to hold users (lab 16), its two settings of the
+    # environment as the file gives them where the environment does not
+    "gunicorn/realtime.conf.py": dict(worker_class="gevent", workers=1, worker_connections=20000,
+                                      keepalive=10, max_requests=0,
+                                      raw_env=["FLASK_GC_FREEZE_EVERY=5",
+                                               "GEVENT_TRACK_GREENLET_TREE=false"]),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 # every file: no control socket at $HOME/.gunicorn/gunicorn.ctl, one path for every gunicorn
@@ -279,6 +285,17 @@ def test_gunicorn_files_set_only_real_settings_and_say_how_to_run(path):
     lines = text.splitlines()
     uncommented = [lines[n] for n in assignments if not lines[n - 1].startswith("#")]
     assert not uncommented, f"{path}: every setting has its reason above it"
+
+
+def test_stage_10t_turns_the_greenlet_tree_back_on_through_the_environment(tmp_path,
+                                                                          monkeypatch):
+    """gunicorn/realtime.conf.py's raw_env takes a value the environment gives: 10t's."""
+    ten_t = stages.get("10t")
+    box, calls = started(ten_t, tmp_path, monkeypatch)
+    [(_, cmd, env, *_)] = gunicorn_servers(ten_t, calls, box)
+    monkeypatch.setenv("GEVENT_TRACK_GREENLET_TREE", env["GEVENT_TRACK_GREENLET_TREE"])
+    cfg = gunicorn_reads(cmd[1:], env, ["raw_env"], stages.CURRENT)
+    assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=true"]
 
 
 def test_every_gunicorn_file_is_a_stages():
