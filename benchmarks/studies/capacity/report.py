@@ -103,10 +103,10 @@ def ran_steps(repeats: dict[int, list[dict]]) -> dict[int, list[dict]]:
     return {u: rs for u, rs in per.items() if len(rs) == len(repeats)}
 
 
-def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
-    """Each stage against the reference: memory and CPU at the largest step both held in
-    every repeat; the delivery p99 at the largest step both ran in every repeat (where the
-    reference broke, when it did)."""
+def paired_steps(stages: dict[str, dict[int, list[dict]]]) -> list[tuple[str, dict]]:
+    """Each stage against the reference, as (what, stats.step): memory and CPU at the
+    largest step both held in every repeat; the delivery p99 at the largest step both ran
+    in every repeat (where the reference broke, when it did)."""
     if REFERENCE not in stages:
         return []
     reference, out = stages[REFERENCE], []
@@ -120,18 +120,24 @@ def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
             ref, mine = steps(reference), steps(repeats)
             both = sorted(set(ref) & set(mine))
             for name, words in names if both else ():
-                out += ratio_line(stage, words, both[-1], ref[both[-1]], mine[both[-1]], name)
+                top = both[-1]
+                ratios = [b[name] / a[name] for a, b in zip(ref[top], mine[top], strict=True)
+                          if a[name] and b[name]]
+                if ratios:
+                    out.append((f"{stage} / {REFERENCE}, {words} at {top:,} users",
+                                stats.step(ratios)))
     return out
 
 
-def ratio_line(stage: str, words: str, users: int, ref: list[dict], mine: list[dict],
-               name: str) -> list[str]:
-    """`stage` against the reference on `name` at `users`, paired by repeat."""
-    ratios = [b[name] / a[name] for a, b in zip(ref, mine, strict=True) if a[name] and b[name]]
-    if not ratios:
+def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
+    """The paired steps in words; one repeat each: their ratios, untested, said once."""
+    found = paired_steps(stages)
+    if not found:
         return []
-    return [f"- {stage} / {REFERENCE}, {words} at {users:,} users: "
-            f"{stats.verdict(stats.step(ratios))}"]
+    if all(step["p"] is None for _, step in found):
+        return ["One repeat of each: the ratios, untested (`--repeats 3` gives the paired "
+                "test).", "", *(f"- {what}: {step['ratio']:.2f}x" for what, step in found)]
+    return [f"- {what}: {stats.verdict(step)}" for what, step in found]
 
 
 def fanout_lines(rows: list[dict]) -> list[str]:
