@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import stages
 from benchmarks.analysis import stats
 from benchmarks.studies.capacity import verdict
 
@@ -103,41 +104,48 @@ def ran_steps(repeats: dict[int, list[dict]]) -> dict[int, list[dict]]:
     return {u: rs for u, rs in per.items() if len(rs) == len(repeats)}
 
 
-def paired_steps(stages: dict[str, dict[int, list[dict]]]) -> list[tuple[str, dict]]:
-    """Each stage against the reference, as (what, stats.step): memory and CPU at the
+def reference_of(stage: str, present) -> str | None:
+    """What `stage` is compared with: its twin's base where the run has it (10t: 10), else
+    stage 9 (REFERENCE); None for the reference itself and the fan-out variants."""
+    if stage == REFERENCE or " x" in stage:
+        return None
+    base = stages.BY_KEY[stage].twin_of if stage in stages.BY_KEY else None
+    return base if base in present else REFERENCE if REFERENCE in present else None
+
+
+def paired_steps(found: dict[str, dict[int, list[dict]]]) -> list[tuple[str, dict]]:
+    """Each stage against its reference, as (what, stats.step): memory and CPU at the
     largest step both held in every repeat; the delivery p99 at the largest step both ran
     in every repeat (where the reference broke, when it did)."""
-    if REFERENCE not in stages:
-        return []
-    reference, out = stages[REFERENCE], []
-    for stage, repeats in stages.items():
-        if (stage == REFERENCE or " x" in stage
-                or len(repeats) != len(reference)):  # fan-out variants: their table
+    out = []
+    for stage, repeats in found.items():
+        base = reference_of(stage, found)
+        if base is None or len(repeats) != len(found[base]):
             continue
         for steps, names in ((held_steps, (("pss_kib_per_user", "memory a user"),
                                            ("realtime_us_per_delivery", "CPU a delivery"))),
                              (ran_steps, (("delivery_p99_ms", "delivery p99"),))):
-            ref, mine = steps(reference), steps(repeats)
+            ref, mine = steps(found[base]), steps(repeats)
             both = sorted(set(ref) & set(mine))
             for name, words in names if both else ():
                 top = both[-1]
                 ratios = [b[name] / a[name] for a, b in zip(ref[top], mine[top], strict=True)
                           if a[name] and b[name]]
                 if ratios:
-                    out.append((f"{stage} / {REFERENCE}, {words} at {top:,} users",
+                    out.append((f"{stage} / {base}, {words} at {top:,} users",
                                 stats.step(ratios)))
     return out
 
 
-def paired_lines(stages: dict[str, dict[int, list[dict]]]) -> list[str]:
+def paired_lines(found: dict[str, dict[int, list[dict]]]) -> list[str]:
     """The paired steps in words; one repeat each: their ratios, untested, said once."""
-    found = paired_steps(stages)
-    if not found:
+    steps = paired_steps(found)
+    if not steps:
         return []
-    if all(step["p"] is None for _, step in found):
+    if all(step["p"] is None for _, step in steps):
         return ["One repeat of each: the ratios, untested (`--repeats 3` gives the paired "
-                "test).", "", *(f"- {what}: {step['ratio']:.2f}x" for what, step in found)]
-    return [f"- {what}: {stats.verdict(step)}" for what, step in found]
+                "test).", "", *(f"- {what}: {step['ratio']:.2f}x" for what, step in steps)]
+    return [f"- {what}: {stats.verdict(step)}" for what, step in steps]
 
 
 def fanout_lines(rows: list[dict]) -> list[str]:
@@ -163,13 +171,14 @@ def fanout_lines(rows: list[dict]) -> list[str]:
 
 
 def write(run_dir: Path, rows: list[dict], command: str) -> Path:
-    stages = by_stage(rows)
+    found = by_stage(rows)
     lines = [f"# Capacity: `{command}`", "", STEP_HEADER, separator(STEP_HEADER),
              *map(step_line, rows), "", "## Each stage", "",
-             *(stage_line(s, reps) for s, reps in stages.items())]
-    paired = paired_lines(stages)
+             *(stage_line(s, reps) for s, reps in found.items())]
+    paired = paired_lines(found)
     if paired:
-        lines += ["", f"## Against stage {REFERENCE} (paired over repeats)", "", *paired]
+        lines += ["", "## Against the stage each is a step from (paired over repeats)", "",
+                  *paired]
     fan = fanout_lines(rows)
     if fan:
         lines += ["", "## Fan-out (the real-time server on N processes)", "", FAN_HEADER,
