@@ -82,6 +82,17 @@ def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
     return out
 
 
+def upstream_idle_s(name: str) -> float:
+    """The longest `keepalive_timeout` of the `upstream` blocks of nginx/<name> (s): how
+    long Nginx keeps an idle cached connection to a server before it closes it (and
+    holds its port in TIME_WAIT); 0 for a file without upstream keep-alive."""
+    text, found = (NGINX / name).read_text(), [0.0]
+    for block in re.finditer(r"^upstream \w+ \{(.*?)^\}", text, re.M | re.S):
+        found += [float(s) for s in re.findall(r"^\s*keepalive_timeout (\d+)s;", block[1],
+                                               re.M)]
+    return max(found)
+
+
 def command(conf: Path) -> list[str]:
     """Nginx in the foreground (the config says `daemon off`) with this config."""
     exe = procs.require_binary("nginx", NGINX_HINT)
