@@ -167,8 +167,7 @@ class Load:
     master_host: str | None = None
     chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
     front: bool = False  # a proxy in front (its error log is watched)
-    # how long the front keeps an idle upstream connection (nginx_conf.upstream_idle_s)
-    upstream_idle_s: float = 0.0
+    upstream_idle_s: float = 0.0  # its idle upstream connections closed after this
     down: Callable[[], str | None] = lambda: None  # Stack.down: a server that exited
 
 
@@ -179,7 +178,6 @@ WORKERS_WAIT_S = 30
 WINDOW_BEGINS = "window-begins"  # made in the stage folder as Locust's run starts
 # nginx/nginx.conf's access_log flush=1s, and a little: its buffer written out
 NGINX_LOG_FLUSH_S = 1.2
-IDLE_MARGIN_S = 0.5  # past an upstream's keepalive_timeout: Nginx's timer has fired
 
 
 def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptions,
@@ -189,14 +187,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     It goes to the app itself, behind a proxy: TIME_WAIT lasts 60 s, and a warm-up
     through Nginx would use up stage 4's local ports before the measured window,
     hiding the moment they run out. Not where the app is two servers split by Nginx
-    (stage 9): its HTTP server serves no Socket.IO, so that warm-up goes through Nginx.
-    Nginx keeps the warm-up's upstream connections, and closes each one the measured
-    load does not take up keepalive_timeout (5 s) after its last request, holding its
-    port in TIME_WAIT: inside the measured window when it begins within 5 s of the
-    warm-up's end, as the load's own churn. A 3 s run of 9,9a here read stage 9's
-    `tw_upstream_per_request` 0.019 (34 of its 94 upstream connections closed 4.7-5.2 s
-    after the warm-up), 9a's 0.006 (the window had ended 4.6 s after); with fewer
-    requests, once 0.072 (issue 58). So the measured load starts after them.
+    (stage 9): its HTTP server serves no Socket.IO, so that warm-up goes through Nginx,
+    whose idle upstream connections close 5 s later: the measured window starts after.
     """
     if opts.warmup <= 0:
         return None
@@ -207,10 +199,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
-    if load.front and load.warmup_url == load.url:  # through Nginx: its last log lines
-        # are buffered (the measured count starts after them), and its idle upstream
-        # connections close after keepalive_timeout (the measured window starts after)
-        time.sleep(max(NGINX_LOG_FLUSH_S, load.upstream_idle_s + IDLE_MARGIN_S))
+    if load.front and load.warmup_url == load.url:  # through Nginx: after its buffered
+        time.sleep(max(NGINX_LOG_FLUSH_S, load.upstream_idle_s))  # log and idle upstreams
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
     except (OSError, ValueError):
@@ -228,8 +218,7 @@ def wait_for_run_start(locust: subprocess.Popen, log: Path, workers: int) -> Non
             return
         time.sleep(0.05)
     if locust.poll() is None:
-        raise StageFailed(f"Locust did not start its run within {RUN_START_WAIT_S} s; "
-                          f"see {log}")
+        raise StageFailed(f"Locust did not start its run within {RUN_START_WAIT_S} s; see {log}")
     # it exited first: what it said is read below (no stats, or workers that never came)
 
 
@@ -391,8 +380,7 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
                 chat_settings=stage.chat_settings, front=bool(stage.front),
-                upstream_idle_s=nginx_conf.upstream_idle_s(stage.front) if stage.front else 0.0,
-                down=stack.down)
+                upstream_idle_s=nginx_conf.upstream_idle_s(stage.front), down=stack.down)
 
 
 def after_the_window(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path,

@@ -82,15 +82,18 @@ def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
     return out
 
 
-def upstream_idle_s(name: str) -> float:
-    """The longest `keepalive_timeout` of the `upstream` blocks of nginx/<name> (s): how
-    long Nginx keeps an idle cached connection to a server before it closes it (and
-    holds its port in TIME_WAIT); 0 for a file without upstream keep-alive."""
-    text, found = (NGINX / name).read_text(), [0.0]
-    for block in re.finditer(r"^upstream \w+ \{(.*?)^\}", text, re.M | re.S):
-        found += [float(s) for s in re.findall(r"^\s*keepalive_timeout (\d+)s;", block[1],
-                                               re.M)]
-    return max(found)
+IDLE_MARGIN_S = 0.5  # past an upstream's keepalive_timeout: Nginx's timer has fired
+
+
+def upstream_idle_s(name: str | None) -> float:
+    """Seconds after its last request by which Nginx has closed an idle cached upstream
+    connection of nginx/<name> (holding its port in TIME_WAIT): the longest
+    `keepalive_timeout` of its `upstream` blocks, and IDLE_MARGIN_S; 0 for no file or a
+    file without upstream keep-alive."""
+    text = (NGINX / name).read_text() if name else ""
+    found = [float(s) for block in re.finditer(r"^upstream \w+ \{(.*?)^\}", text, re.M | re.S)
+             for s in re.findall(r"^\s*keepalive_timeout (\d+)s;", block[1], re.M)]
+    return max(found) + IDLE_MARGIN_S if found else 0.0
 
 
 def command(conf: Path) -> list[str]:
