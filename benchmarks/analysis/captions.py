@@ -16,7 +16,8 @@ HOW_TO_READ = {
         "--repeats, a black dot and whiskers are a stage's geometric mean RPS and its 95% "
         "interval "
         "(the bar is the first repeat), and `n.s.` marks a step that is not significant "
-        f"(its paired test on the ratios within each repeat: p >= {stats.ALPHA:g})."),
+        "(its paired test on the ratios within each repeat, p adjusted by Holm's method "
+        f"over every step the report tests: adjusted p >= {stats.ALPHA:g})."),
     "time_wait": (
         "Each panel is one stage: a line that climbs is a connection class opening and "
         "closing a connection per request (each socket stays in TIME_WAIT for 60 s, so "

@@ -188,6 +188,11 @@ def stages_against(run_dir: Path, found: list[tuple[Path, dict]], pair: bool) ->
             row[k] = stats.interval(values)
             row[f"{k}_x"] = (stats.step(row[f"{k}_pairs"]) if pair else
                              stats.ratio([v for v in values if v is not None], every[k]))
+    if pair:  # the multiples tested together, as one family (Holm's method)
+        cells = [(row, f"{k}_x") for row in rows.values() for k in AGAINST]
+        for (row, key), test in zip(cells, stats.family([r[key] for r, key in cells]),
+                                    strict=True):
+            row[key] = test
     return list(rows.values())
 
 
@@ -228,6 +233,9 @@ def section(run_dir: Path) -> str:
                   f"{_times(r['app_cpu_ms_per_request_x'])} | "
                   f"{shown(r['server_cpu_ms_per_request'])} | "
                   f"{_times(r['server_cpu_ms_per_request_x'])} |" for r in against]
+        if pair:
+            tests = [r[f"{k}_x"] for r in against for k in AGAINST]
+            lines += ["", f"The multiples' tests: {stats.family_line(tests)}."]
         lines.append("")
     return "\n".join(lines)
 

@@ -185,8 +185,8 @@ def _throughput_panel(top, m: pd.DataFrame, x) -> None:
 
 def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
     """With --repeats: each stage's geometric mean RPS and its 95% interval over the bar (the bar is
-    the first repeat's), and a step its paired test does not find (repeats.paired)
-    marked `n.s.`."""
+    the first repeat's), and a step its paired test does not find marked `n.s.` (as the
+    report judges it: repeats.tested, Holm's method over all the report's steps)."""
     ivs = [over.get(key, {}).get("rps") for key in m["key"]]
     if not any(iv and iv["low"] is not None for iv in ivs):
         return
@@ -196,10 +196,12 @@ def _intervals(top, m: pd.DataFrame, x, over: dict) -> None:
             top.errorbar(i + 0.3, iv["mean"], yerr=whiskers, fmt="o", color="black", ms=4,
                          capsize=5, zorder=6,
                          label="geometric mean, 95% interval" if i == 0 else None)
-    entries = [over.get(key) for key in m["key"]]
+    judged = {(a["stage"].key, b["stage"].key): test  # as the report judges them: Holm's
+              for a, b, _, test in repeats.tested(over)["rps"]}  # over all its steps
+    keys = list(m["key"])
     for i, (a, b) in enumerate(zip(ivs, ivs[1:], strict=False)):
-        tested = entries[i] and entries[i + 1] and repeats.paired(entries[i], entries[i + 1])
-        if a and b and tested and tested[1]["significant"] is False:
+        tested = judged.get((keys[i], keys[i + 1]))
+        if a and b and tested and tested["significant"] is False:
             top.annotate("n.s.", (i + 0.5, max(a["high"], b["high"])), xytext=(0, 4),
                          textcoords="offset points", ha="center", fontsize=8, color="#555555")
     top.set_ylim(0, max(top.get_ylim()[1], max(iv["high"] for iv in ivs if iv

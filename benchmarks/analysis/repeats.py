@@ -114,6 +114,19 @@ def steps(entries: dict, figure: str = "rps") -> list[tuple[dict, dict, list[flo
     return [(a, b, *paired(a, b, figure)) for a, b in pairs]
 
 
+def tested(entries: dict) -> dict[str, list[tuple[dict, dict, list[float], dict]]]:
+    """Every step the report tests, by figure of PAIRED ({figure: steps(entries, figure)},
+    a step that neither stage recorded left out), their tests adjusted together as one
+    family (stats.family: Holm's method over all of them)."""
+    found = {figure: [s for s in steps(entries, figure) if s[3]["ratio"] is not None]
+             for figure in PAIRED}
+    flat = [(figure, i) for figure, each in found.items() for i in range(len(each))]
+    adjusted = stats.family([found[figure][i][3] for figure, i in flat])
+    for (figure, i), test in zip(flat, adjusted, strict=True):
+        found[figure][i] = (*found[figure][i][:3], test)
+    return found
+
+
 def paired(a: dict, b: dict, figure: str = "rps") -> tuple[list[float], dict]:
     """The step's ratio b/a of `figure` (RPS, a percentile) within each repeat that
     measured both, and their paired test: the stages ran side by side in each repeat, so

@@ -146,17 +146,19 @@ def repeats_section(run_dir: Path) -> str:
               f"{', '.join(_cell(v) for v in e['values'][repeats.FOREIGN])} |"
               for e in over.values()]
     lines += ["", tail_sources(over)]
-    lines += ["", "Steps, RPS:", ""] if len(over) > 1 else []
-    lines += step_lines(over, "rps")
+    tested = repeats.tested(over)
     if len(over) > 1:
+        family = [t for each in tested.values() for *_, t in each]
+        lines += ["", stats.family_line(family, start=True) + ".", "", "Steps, RPS:", ""]
+        lines += step_lines(tested["rps"])
         lines += ["", "Steps, the tail (the later stage's percentile over the earlier's: "
                   "below 1x the tail is shorter; p95, p99 of the HTTP requests, ack p95 of "
                   "the Socket.IO acks, tested like the rate):", ""]
         for figure, label in (("p95_ms", "p95"), ("p99_ms", "p99"), ("sio_p95_ms", "ack p95")):
-            lines += step_lines(over, figure, label)
+            lines += step_lines(tested[figure], label)
         lines += ["", "Steps, the server roles' CPU per request (the app's servers, Nginx "
                   "and Redis, ms: below 1x a request costs less):", ""]
-        lines += step_lines(over, repeats.CPU, "server CPU/request")
+        lines += step_lines(tested[repeats.CPU], "server CPU/request")
     failed = [(repeat, e["stage"], c) for e in over.values() for repeat, c in e["failed_checks"]]
     lines += ["", "Checks that failed:" if failed else "No check failed in any repeat.", ""]
     lines += [f"- repeat {repeat}, stage {stage.key}: `{c['expected']}`, measured "
@@ -177,13 +179,12 @@ def tail_sources(over: dict) -> str:
         "; a percentile of too few requests is left out.")
 
 
-def step_lines(over: dict, figure: str, label: str = "") -> list[str]:
-    """Each step's verdict on `figure` (stats.verdict), a line each; a step whose stages
-    lost CPU to other processes says so when its test finds nothing."""
+def step_lines(tested: list, label: str = "") -> list[str]:
+    """Each step's verdict (stats.verdict) of one figure's `tested` steps
+    (repeats.tested), a line each; a step whose stages lost CPU to other processes says so
+    when its test finds nothing."""
     limit, out = metrics.FOREIGN_CPU_LIMIT, []
-    for a, b, ratios, test in repeats.steps(over, figure):
-        if test["ratio"] is None:
-            continue  # a figure neither stage recorded (no Socket.IO users)
+    for a, b, ratios, test in tested:
         each = (f" (each repeat {', '.join(f'{r:.2f}' for r in ratios)})"
                 if len(ratios) > 1 else "")
         lost = repeats.disturbed(a, limit) + repeats.disturbed(b, limit)

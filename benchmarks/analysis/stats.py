@@ -15,6 +15,13 @@
   of 1/2 are the same size of change): the ratio is their geometric mean, its 95%
   interval exp(mean log ± t * sd / sqrt(n)), and p the two-sided one-sample t test of
   the logs against 0. "Significant" means p < ALPHA, everywhere the lab says it.
+- **Several steps in one report** (`family`): thirty tests at 0.05 find one or two
+  "significant" steps by chance. A report that tests several steps adjusts their p
+  together by Holm's method (Holm-Bonferroni, `holm`: the k-th smallest of m p values
+  times m - k + 1, never below the one before, at most 1), and a step is significant
+  when its adjusted p < ALPHA: the chance of any false finding among them stays under
+  ALPHA. The report says how many it tested (`family_line`), and each verdict gives both
+  p's. A step's interval stays its own 95% one.
 - **A ratio of two things measured apart** (`ratio`: a stage's CPU per request over the
   floor's): the ratio of their geometric means, its interval from Welch's t on the
   logs; unpaired, so wider than a step's. With `lab run --floor` each repeat has a
@@ -98,6 +105,54 @@ def step(ratios: list[float]) -> dict:
     return {**out, "t": t, "p": p, "significant": p < ALPHA}
 
 
+def holm(ps: list[float]) -> list[float]:
+    """Holm's adjusted p values, in the order given: sorted ascending, the k-th (from 1)
+    of m times m - k + 1, each at least the one before it, at most 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    out, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+def family(tests: list[dict]) -> list[dict]:
+    """The steps of one report as one family (Holm's method): each step that has a p
+    gains `p_holm` (its adjusted p) and `family` (how many steps had one), and is
+    `significant` when p_holm < ALPHA; the others are returned as they are."""
+    ps = [t["p"] for t in tests if t.get("p") is not None]
+    adjusted = iter(holm(ps))
+    out = []
+    for t in tests:
+        if t.get("p") is None:
+            out.append(t)
+            continue
+        p_holm = next(adjusted)
+        out.append({**t, "p_holm": p_holm, "family": len(ps), "significant": p_holm < ALPHA})
+    return out
+
+
+def family_line(tests, start: bool = False) -> str:
+    """What a report says beside its verdicts: how many steps it tested, and how it keeps
+    chance findings out. `tests`: the steps (dicts) or (name, step) pairs; `start`: as
+    a sentence's start (its first letter a capital)."""
+    said = _family_line(tests)
+    return said[:1].upper() + said[1:] if start else said
+
+
+def _family_line(tests) -> str:
+    steps = [t[-1] if isinstance(t, tuple) else t for t in tests]
+    n = sum(1 for t in steps if t.get("p") is not None)
+    if n == 0:
+        return ("no step is tested (one repeat: `--repeats 3` runs each three times and "
+                "tests each step)")
+    if n == 1:
+        return f"1 step tested, significant when p < {ALPHA:g}"
+    return (f"{n} steps tested; each p adjusted for the {n} by Holm's method "
+            f"(Holm-Bonferroni), significant when the adjusted p < {ALPHA:g} (unadjusted, "
+            f"{n} tests at {ALPHA:g} would find {n * ALPHA:g} by chance on average)")
+
+
 def ratio(over, under) -> dict:
     """The ratio of two positive quantities measured apart, not paired (a stage's CPU per
     request over the floor's): {ratio (geometric mean of `over` over that of `under`),
@@ -125,16 +180,28 @@ def verdict(s: dict) -> str:
     """A step in words, the one form the report, `lab run` and the pages use:
     `2.09x [1.46, 2.99], p = 0.013: significant`, and when it is not, what its interval
     still allows: `1.06x [0.85, 1.34], p = 0.360: not significant: between 0.85x and
-    1.34x, this run cannot tell` (no evidence either way, not evidence of no change)."""
+    1.34x, this run cannot tell` (no evidence either way, not evidence of no change).
+    A step of a family (`family`) gives its adjusted p beside its own: `1.62x [1.00,
+    2.62], p = 0.049, adjusted p = 0.683 (Holm, 15 steps): not significant once 15 steps
+    are counted: between 1.00x and 2.62x, this run cannot tell`."""
     if s["ratio"] is None:
         return "not measured in a repeat of both"
     if s["p"] is None:
-        return f"{_x(s['ratio'])}x, one repeat: no test (run --repeats 3)"
-    p = "p < 0.001" if s["p"] < 0.001 else f"p = {s['p']:.3f}"
+        return f"{_x(s['ratio'])}x, one repeat: no test"  # family_line says how, once
+    p, counted = _p(s["p"]), "p_holm" in s and s.get("family", 1) > 1
+    if counted:
+        p += f", adjusted {_p(s['p_holm'])} (Holm, {s['family']} steps)"
     said = f"{_x(s['ratio'])}x [{_x(s['low'])}, {_x(s['high'])}], {p}: "
     if s["significant"]:
         return said + "significant"
+    if counted and s["p"] < ALPHA:  # its own interval leaves 1x out; the family's does not
+        return (said + f"not significant once {s['family']} steps are counted: "
+                + cannot_tell(s["low"], s["high"]))
     return said + "not significant: " + cannot_tell(s["low"], s["high"])
+
+
+def _p(p: float, name: str = "p") -> str:
+    return f"{name} < 0.001" if p < 0.001 else f"{name} = {p:.3f}"
 
 
 def cannot_tell(low: float, high: float) -> str:

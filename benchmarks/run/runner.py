@@ -46,7 +46,7 @@ from benchmarks.run.cli import StageFailed, say
 from benchmarks.run.fitting import PORT_RANGE
 from benchmarks.run.options import OptionsError, RunOptions
 from benchmarks.run.stack import Stack, socketio_name
-from benchmarks.sandbox import hosts, procs, sandbox
+from benchmarks.sandbox import hosts, nginx_conf, procs, sandbox
 from benchmarks.stages import ROOT, Stage
 from benchmarks.studies import floor as floor_study
 
@@ -167,6 +167,7 @@ class Load:
     master_host: str | None = None
     chat_settings: dict = field(default_factory=dict)  # the stage's (Stage.chat_settings)
     front: bool = False  # a proxy in front (its error log is watched)
+    upstream_idle_s: float = 0.0  # its idle upstream connections closed after this
     down: Callable[[], str | None] = lambda: None  # Stack.down: a server that exited
 
 
@@ -187,7 +188,7 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
     through Nginx would use up stage 4's local ports before the measured window,
     hiding the moment they run out. Not where the app is two servers split by Nginx
     (stage 9): its HTTP server serves no Socket.IO, so that warm-up goes through Nginx,
-    whose upstream keep-alive leaves no TIME_WAIT.
+    whose idle upstream connections close 5 s later: the measured window starts after.
     """
     if opts.warmup <= 0:
         return None
@@ -198,8 +199,8 @@ def warm_up(load: Load, stage_dir: Path, users_file: Path | None, opts: RunOptio
            "--json-file", str(prefix)]
     procs.run_quiet([*load.client, *cmd], procs.child_env(),
               stage_dir / "locust-warmup.log", timeout=opts.warmup + 60)
-    if load.front and load.warmup_url == load.url:  # through Nginx: its last lines are
-        time.sleep(NGINX_LOG_FLUSH_S)  # buffered; the measured count starts after them
+    if load.front and load.warmup_url == load.url:  # through Nginx: after its buffered
+        time.sleep(max(NGINX_LOG_FLUSH_S, load.upstream_idle_s))  # log and idle upstreams
     try:
         return metrics.group_rps(results.read_json(prefix.with_suffix(".json")))
     except (OSError, ValueError):
@@ -217,8 +218,7 @@ def wait_for_run_start(locust: subprocess.Popen, log: Path, workers: int) -> Non
             return
         time.sleep(0.05)
     if locust.poll() is None:
-        raise StageFailed(f"Locust did not start its run within {RUN_START_WAIT_S} s; "
-                          f"see {log}")
+        raise StageFailed(f"Locust did not start its run within {RUN_START_WAIT_S} s; see {log}")
     # it exited first: what it said is read below (no stats, or workers that never came)
 
 
@@ -380,7 +380,7 @@ def stage_load(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path
                 sampler_prefix=["taskset", "-c", box.where()["client"]["cpus"]],
                 workers=workers, master_host=box.address("client") if workers else None,
                 chat_settings=stage.chat_settings, front=bool(stage.front),
-                down=stack.down)
+                upstream_idle_s=nginx_conf.upstream_idle_s(stage.front), down=stack.down)
 
 
 def after_the_window(stage: Stage, box: sandbox.Sandbox, stack: Stack, stage_dir: Path,

@@ -82,6 +82,20 @@ def render(template: str, run_dir: Path, apps: Sequence[tuple[str, int]],
     return out
 
 
+IDLE_MARGIN_S = 0.5  # past an upstream's keepalive_timeout: Nginx's timer has fired
+
+
+def upstream_idle_s(name: str | None) -> float:
+    """Seconds after its last request by which Nginx has closed an idle cached upstream
+    connection of nginx/<name> (holding its port in TIME_WAIT): the longest
+    `keepalive_timeout` of its `upstream` blocks, and IDLE_MARGIN_S; 0 for no file or a
+    file without upstream keep-alive."""
+    text = (NGINX / name).read_text() if name else ""
+    found = [float(s) for block in re.finditer(r"^upstream \w+ \{(.*?)^\}", text, re.M | re.S)
+             for s in re.findall(r"^\s*keepalive_timeout (\d+)s;", block[1], re.M)]
+    return max(found) + IDLE_MARGIN_S if found else 0.0
+
+
 def command(conf: Path) -> list[str]:
     """Nginx in the foreground (the config says `daemon off`) with this config."""
     exe = procs.require_binary("nginx", NGINX_HINT)

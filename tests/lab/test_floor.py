@@ -205,7 +205,9 @@ def test_a_floor_per_repeat_gives_each_stage_a_paired_multiple(tmp_path):
     text = floor.section(run_dir)  # report.md's (the lab run below writes one)
     line = next(x for x in text[text.index("## The floor"):].splitlines()
                 if x.startswith("| 08-todays-stack |"))
-    assert "| 2.15x [1.83, 2.53], p = 0.002: significant |" in line, line
+    assert ("| 2.15x [1.83, 2.53], p = 0.002, adjusted p = 0.002 (Holm, 2 steps): "
+            "significant |") in line, line  # the two multiples, one family
+    assert "The multiples' tests: 2 steps tested; each p adjusted for the 2 by Holm's" in text
     assert floor.PAIRED in text and floor.UNPAIRED not in text
     assert "| 3 | 0.450 | 0.500 | 3 to 1.5 | 6% |" in text  # repeat 3's floor and box
 

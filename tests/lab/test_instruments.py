@@ -21,7 +21,7 @@ from benchmarks.chat_mix import WEIGHTS
 from benchmarks.run import options, results
 from benchmarks.sandbox import procs
 from benchmarks.stages import ROOT
-from benchmarks.studies.instruments import study, table
+from benchmarks.studies.instruments import served, study, table
 
 SINK = "benchmarks.studies.instruments.otlp_sink"
 
@@ -120,3 +120,33 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, args, said):
     with pytest.raises(options.OptionsError, match=said):
         study.run(parsed)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--workers", "1"], "--workers must be at least 2"),
+    (["--rate", "0"], "--rate above 0"),
+    (["--seconds", "500"], "--seconds 2-120"),
+])
+def test_the_served_part_refuses_bad_input_before_anything_starts(tmp_path, args, said):
+    parsed = served.build_parser().parse_args([*args, "--results", str(tmp_path)])
+    with pytest.raises(options.OptionsError, match=said):
+        served.run(parsed)
+    assert list(tmp_path.iterdir()) == []
+
+
+MULTIPROCESS = ROOT / "notebooks" / "watching-run" / "multiprocess"
+
+
+def test_the_served_parts_report_counts_its_steps_and_adjusts_them():
+    """The multiprocess capture's report, as the served part writes it from its
+    served.json: each mode against bare and multiprocess against single, the 3 steps'
+    count stated and their p adjusted together (Holm's method, stats.family)."""
+    data = json.loads((MULTIPROCESS / served.SERVED_JSON).read_text())
+    text = served.report(data)
+    assert text == (MULTIPROCESS / results.REPORT_MD).read_text()
+    assert "3 steps tested; each p adjusted for the 3 by Holm's method" in text
+    assert all("(Holm, 3 steps)" in line for line in text.splitlines()
+               if line.startswith(("- single:", "- multiprocess")))
+    modes = {r["mode"] for r in data["rows"]}
+    assert modes == {"bare", "single", "multiprocess"} and len(data["rows"]) == 3 * len(
+        {r["repeat"] for r in data["rows"]})

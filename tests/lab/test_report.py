@@ -171,6 +171,36 @@ def test_a_step_not_significant_says_what_its_interval_allows():
     assert stats.verdict(s).endswith(stats.CANNOT_TELL)
 
 
+def test_holm_adjusts_a_familys_p_values_as_the_method_says():
+    """Holm's method on known p values: sorted, the k-th of m times m - k + 1, never below
+    the one before, at most 1; given back in their own order."""
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.005])
+    assert [round(p, 6) for p in adjusted] == [0.03, 0.06, 0.06, 0.02]
+    assert stats.holm([0.5, 0.9]) == [1.0, 1.0] and stats.holm([]) == []
+
+
+def test_a_family_is_significant_only_where_its_adjusted_p_is_below_alpha():
+    """Lab 17's served run, its 9 -> 9o p95 (p = 0.049 alone) among 15 steps: significant
+    alone, not once the 15 are counted; a step of one repeat has no p and stays out of
+    the count; the report's sentence says how many were tested."""
+    alone = stats.step([1.33, 1.65, 1.95])
+    strong = stats.step([1.29, 1.26, 1.24])
+    assert alone["significant"] and 0.04 < alone["p"] < 0.05
+    family = stats.family([alone, strong, *[stats.step([1.1, 0.9, 1.0])] * 13,
+                           stats.step([2.0])])
+    assert [t.get("family") for t in family[:15]] == [15] * 15 and "family" not in family[15]
+    assert family[0]["significant"] is False and family[1]["significant"] is True
+    # second smallest of 15: times 14, and never below the smallest's (times 15)
+    assert family[0]["p_holm"] == max(15 * strong["p"], 14 * alone["p"])
+    said = stats.verdict(family[0])
+    assert said.startswith("1.62x [1.01, 2.61], p = 0.048, adjusted p = ")
+    assert "(Holm, 15 steps): not significant once 15 steps are counted: between" in said
+    assert said.endswith(stats.CANNOT_TELL)
+    assert stats.family_line(family, start=True).startswith(
+        "15 steps tested; each p adjusted for the 15 by Holm's method")
+    assert "one repeat" in stats.family_line([stats.step([2.0])])
+
+
 def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
                  more=lambda key, k: {}) -> None:
     """Cut the run to rps's stages and give repeat k of each stage the kth RPS (repeats 2
@@ -189,19 +219,22 @@ def with_repeats(run_copy: Path, rps: dict[str, tuple[float, ...]],
 
 
 @pytest.mark.parametrize("pool,verdict", [
-    ((723.0, 590.7, 657.2), "- 1 -> 2: 2.09x [1.44, 3.03], p = 0.013: significant "
-                            "(each repeat 2.41, 1.79, 2.12)"),
-    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868: not significant: "
-                            "between 0.79x and 1.29x, this run cannot tell "
-                            "(each repeat 1.10, 0.91, 1.03)"),
+    ((723.0, 590.7, 657.2), "- 1 -> 2: 2.09x [1.44, 3.03], p = 0.013, adjusted p = 0.013 "
+                            "(Holm, 4 steps): significant (each repeat 2.41, 1.79, 2.12)"),
+    ((330.0, 300.0, 320.0), "- 1 -> 2: 1.01x [0.79, 1.29], p = 0.868, adjusted p = 0.868 "
+                            "(Holm, 4 steps): not significant: between 0.79x and 1.29x, this "
+                            "run cannot tell (each repeat 1.10, 0.91, 1.03)"),
 ], ids=["agree", "disagree"])
 def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
     """`lab run --stages 1,2 --repeats 3`: the pool's step with its ratio, interval and
-    p; significant when the three repeats agree in direction, not when they do not."""
+    p; significant when the three repeats agree in direction, not when they do not. The
+    report says how many steps it tested (RPS, p95, p99, CPU: 4) and adjusts their p
+    together (Holm's method)."""
     with_repeats(run_copy, {"1": (300.0, 330.0, 310.0), "2": pool})
     report.write(run_copy)
     text = (run_copy / "report.md").read_text()
     assert verdict in text.splitlines(), text[text.index("Steps, RPS"):]
+    assert "4 steps tested; each p adjusted for the 4 by Holm's method" in text
     assert "p < 0.05" in text
 
 
@@ -234,12 +267,13 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     assert (first["rps_ci_low"], first["rps_ci_high"]) == ("276.0", "325.8")
     assert [r["repeats_passed"] for r in rows] == ["3", "2", "3"]
     text = (run_copy / "report.md").read_text()
-    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992: not significant: between 0.90x and "
-            "1.12x, this run cannot tell (each repeat 1.02, "
-            "0.95, 1.03); in 1 of their 6 runs other processes took over 10% of the "
+    assert ("- 0 -> 2: 1.00x [0.90, 1.12], p = 0.992, adjusted p = 0.992 (Holm, 12 steps): "
+            "not significant: between 0.90x and 1.12x, this run cannot tell (each repeat "
+            "1.02, 0.95, 1.03); in 1 of their 6 runs other processes took over 10% of the "
             "server's CPUs" in text)
-    assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001: significant (each repeat 1.97, 2.07, "
-            "1.97)" in text)
+    assert ("- 2 -> 3: 2.00x [1.86, 2.15], p < 0.001, adjusted p = 0.001 (Holm, 12 steps): "
+            "significant (each repeat 1.97, 2.07, 1.97)" in text)
+    assert "12 steps tested; each p adjusted for the 12 by Holm's method" in text
     assert "| 00-builtin | 3/3 | 299.9 [276.0, 325.8] | " in text and "| 1, 40, 1 |" in text
     assert "- **00-builtin** (repeat 2): other processes used 40% of the server's CPUs" in text
     assert text.count("(repeat ") == 1  # the only run past the limit
@@ -275,7 +309,8 @@ def test_each_step_gives_its_tail_beside_its_rate(run_copy):
     lines = text.splitlines()
     for label in ("p95", "p99", "ack p95"):
         line = next(x for x in lines if x.startswith(f"- 5 -> 8 {label}: "))
-        assert re.match(rf"- 5 -> 8 {label}: 0\.70x \[0\.\d\d, 0\.\d\d\], p < 0\.001: "
+        assert re.match(rf"- 5 -> 8 {label}: 0\.70x \[0\.\d\d, 0\.\d\d\], p < 0\.001, "
+                        r"adjusted p < 0\.001 \(Holm, \d+ steps\): "
                         r"significant \(each repeat 0\.70, 0\.70, 0\.70\)", line), line
     assert "| 05-upstream-keepalive | 3/3 |" in text
     row = next(x for x in lines if x.startswith("| 08-todays-stack | 3/3 |"))

@@ -77,7 +77,11 @@ def summarize(data: dict) -> list[dict]:
                      "redis_cpu_us": stats.interval([us(r[name], weights, "redis_cpu_ms")
                                                      for r in reps]),
                      "requests": sum(timed(r[name]) for r in reps)})
-    return sorted(rows, key=lambda r: r["instrument"] != BARE)
+    rows = sorted(rows, key=lambda r: r["instrument"] != BARE)
+    tested = [r for r in rows if r["step"]]  # one family: Holm's method over the instruments
+    for r, step in zip(tested, stats.family([r["step"] for r in tested]), strict=True):
+        r["step"] = step
+    return rows
 
 
 def _extra(e: dict | None) -> str:
@@ -142,7 +146,9 @@ def about(data: dict) -> str:
             "(every thread; with tracing, each loop's force_flush counted in) per request of "
             "the chat mix, geometric mean [95% interval] over the repeats; x bare: the ratio "
             "within each repeat, geometric mean [95% interval], p of the paired t test on the "
-            "logs (stats.step); extra us: bare's geometric mean x (that ratio - 1), its "
+            "logs (stats.step), adjusted for the instruments tested together by Holm's "
+            "method (stats.family; the count is given under the table); extra us: bare's "
+            "geometric mean x (that ratio - 1), its "
             "interval from the ratio's. Spans/request: spans made per request of the mix (each "
             "type's, weighted) and, in brackets, SERVER spans received per request timed; "
             "spans received: by the sink over each worker's life, against those its app made. "
@@ -175,6 +181,8 @@ def write(folder: Path, data: dict) -> None:
         writer.writerows(csv_row(r) for r in rows)
     text = [f"# What each instrument costs ({folder.name})", "", "```bash", data["command"],
             "```", "", about(data), "", table(rows), "",
+            f"Steps against bare: {stats.family_line([r['step'] for r in rows if r['step']])}.",
+            "",
             "us of app CPU per request, by request type (geometric means):", "",
             per_type(data), ""]
     (folder / results.REPORT_MD).write_text("\n".join(text))

@@ -34,8 +34,8 @@ def variants(args) -> list[Variant]:
     metrics part's hooks, on the most workers."""
     tail = []
     for w in args.workers:
-        tail += [Variant(f"{w} workers, no recycling", w, 0)] + [
-            Variant(f"{w} workers, max_requests {args.max_requests}, jitter {j}", w,
+        tail += [Variant(f"{report.label(w)}, no recycling", w, 0)] + [
+            Variant(f"{report.label(w)}, max_requests {args.max_requests}, jitter {j}", w,
                     args.max_requests, j) for j in args.jitter]
     hooks = [Variant(hook, max(args.workers), args.metrics_max_requests, 0, hook, metrics=True)
              for hook in args.metrics_exit]

@@ -76,30 +76,39 @@ def metrics_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def paired(rows: list[dict], over: str, under: str, key: str = "p999_ms") -> str:
-    """The paired test of `over`'s `key` against `under`'s, a ratio within each repeat."""
+def paired(rows: list[dict], over: str, under: str, key: str = "p999_ms") -> dict:
+    """The paired test (stats.step) of `over`'s `key` against `under`'s, a ratio within
+    each repeat."""
     from benchmarks.analysis import stats
 
     by = {(r["variant"], r["repeat"]): r[key] for r in rows}
     repeats = sorted({r["repeat"] for r in rows})
-    ratios = [by[(over, k)] / by[(under, k)] for k in repeats
-              if by.get((over, k)) and by.get((under, k))]
-    return stats.verdict(stats.step(ratios))
+    return stats.step([by[(over, k)] / by[(under, k)] for k in repeats
+                       if by.get((over, k)) and by.get((under, k))])
+
+
+def label(workers: int) -> str:
+    """`1 worker`, `4 workers`."""
+    return f"{workers} worker{'' if workers == 1 else 's'}"
 
 
 def steps(rows: list[dict], workers: list[int], max_requests: int, jitter: list[int]) -> str:
     """Each recycled variant's p99.9 against no recycling, and each jitter against none,
-    for every worker count."""
-    lines = []
+    for every worker count: their count, then a line each, tested as one family
+    (stats.family: Holm's method)."""
+    from benchmarks.analysis import stats
+
+    said = []
     for w in workers:
-        plain = f"{w} workers, no recycling"
-        names = {j: f"{w} workers, max_requests {max_requests}, jitter {j}" for j in jitter}
-        for name in names.values():
-            lines.append(f"- {name} / no recycling, p99.9: {paired(rows, name, plain)}")
-        for j in (j for j in jitter if j and 0 in names):
-            lines.append(f"- {w} workers, jitter {j} / jitter 0, p99.9: "
-                         f"{paired(rows, names[j], names[0])}")
-    return "\n".join(lines)
+        plain = f"{label(w)}, no recycling"
+        names = {j: f"{label(w)}, max_requests {max_requests}, jitter {j}" for j in jitter}
+        said += [(f"{name} / no recycling", paired(rows, name, plain))
+                 for name in names.values()]
+        said += [(f"{label(w)}, jitter {j} / jitter 0", paired(rows, names[j], names[0]))
+                 for j in jitter if j and 0 in names]
+    tested = list(zip((n for n, _ in said), stats.family([t for _, t in said]), strict=True))
+    return "\n".join([stats.family_line(tested, start=True) + ":", "",
+                      *[f"- {name}, p99.9: {stats.verdict(t)}" for name, t in tested]])
 
 
 def growth_table(rows: list[dict]) -> str:
