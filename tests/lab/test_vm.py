@@ -62,10 +62,10 @@ def test_the_user_data_is_the_cloud_init_file_with_lab_repo_set_and_a_rooms_part
     apt, pip, key = room_inputs(tmp_path)
     (tmp_path / "www").mkdir()
     out = subprocess.run(
-        [sys.executable, str(ROOT / "setup" / "vm_user_data.py"), "--repo", "git://10.0.2.2:9/lab.git",
+        [sys.executable, "-m", "setup.vm_user_data", "--repo", "git://10.0.2.2:9/lab.git",
          "--key", str(key), "--apt-tree", str(apt), "--pip-config", str(pip),
          "--served-at", "http://10.0.2.2:8", "--www", str(tmp_path / "www")],
-        capture_output=True, text=True, check=True).stdout
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout
     first, room = parts(out)
     original = (ROOT / "setup" / "cloud-init.yaml").read_text().splitlines()
     changed = [(a, b) for a, b in zip(original, first.splitlines(), strict=True) if a != b]
