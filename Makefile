@@ -18,10 +18,12 @@ LOCKS := requirements.lock requirements-eventlet.lock
 PIP_VERSION := 26.3
 UV_VERSION := 0.13.9
 VENV_LOCK := .venv-lock
-# One lock for Python 3.11 to 3.13 and every platform (markers), PyPI's hashes whatever
-# index this box's pip is configured with.
+# One lock for Python 3.11 to 3.13 and every platform (markers), compiled against the
+# index this box is configured with (setup/package_sources.py: pip's, else uv's), its
+# files' hashes; no uv.toml is read (--no-config). A mirror that lists the index's files
+# gives the same lock (tests/lab/test_locks.py).
 UV_COMPILE := $(VENV_LOCK)/bin/uv pip compile --quiet --no-config --universal --generate-hashes \
-  --python-version 3.11 --default-index https://pypi.org/simple --custom-compile-command "make lock"
+  --python-version 3.11 --custom-compile-command "make lock"
 # Lab knobs (see README): which stages (a set: main, gevent, scale-out, failures,
 # today, everything; or keys), seconds measured per stage, how many times
 # each stage runs (interleaved), Locust users. LAB_ARGS: more `lab run` options, e.g.
@@ -156,17 +158,18 @@ $(VENV_NOTEBOOKS)/.installed: requirements-notebooks.lock requirements-notebooks
 	@touch $@
 
 # Refresh every lock from its requirements file (uv keeps what is locked where the
-# requirements still allow it). Needs PyPI; commit the locks it writes.
+# requirements still allow it). Needs the box's package index; commit the locks it writes.
 lock:
 	@$(VENV_LOCK)/bin/uv --version 2>/dev/null | grep -q "^uv $(UV_VERSION) " || { \
 	  $(PYTHON) -m venv $(VENV_LOCK) && $(VENV_LOCK)/bin/pip install --quiet uv==$(UV_VERSION); }
-	@for lock in $(LOCKS) requirements-notebooks.lock; do \
+	@index=$$($(VENV_LOCK)/bin/python setup/package_sources.py index) || exit 1; \
+	for lock in $(LOCKS) requirements-notebooks.lock; do \
 	  echo "lock: $${lock%.lock}.txt -> $$lock"; \
-	  $(UV_COMPILE) $${lock%.lock}.txt -o $$lock || exit 1; \
+	  $(UV_COMPILE) --default-index "$$index" $${lock%.lock}.txt -o $$lock || exit 1; \
 	done
 
 # Every locked package has a Linux aarch64 wheel for CPython 3.11, or an sdist that
-# builds with gcc and Python's headers (asks PyPI, about 10 s; CI runs it).
+# builds with gcc and Python's headers (asks the box's package index, about 10 s; CI runs it).
 arm64-check: $(VENV)/.installed
 	$(PY) -m setup.arm64_wheels $(LOCKS) requirements-notebooks.lock
 

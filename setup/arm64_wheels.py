@@ -1,5 +1,6 @@
 """Does every locked package install on Linux aarch64 (an arm64 laptop's VM or image,
-Debian 12: CPython 3.11.2, glibc 2.36)? Asks PyPI, prints one line per package:
+Debian 12: CPython 3.11.2, glibc 2.36)? Asks the package index this box is configured
+with (setup/package_sources.py), prints one line per package:
 
     .venv/bin/python -m setup.arm64_wheels requirements.lock requirements-eventlet.lock
 
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
 from pathlib import Path
 
 from packaging.markers import Marker
@@ -28,7 +30,7 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
-from setup import locks
+from setup import locks, package_sources
 
 PYTHON = (3, 11)
 # Debian 12 arm64: glibc 2.36, so manylinux_2_17 ... manylinux_2_36 fit; musllinux is
@@ -45,7 +47,8 @@ BOX = {"python_version": "3.11", "python_full_version": "3.11.2", "implementatio
        "platform_python_implementation": "CPython"}
 SDIST = "sdist only: builds with gcc and Python headers"
 NOTHING = "no aarch64 wheel and no sdist"
-SIMPLE = "https://pypi.org/simple/{}/"  # PEP 691's JSON form
+# PEP 691's JSON form, else PEP 503's HTML page (what an older mirror serves)
+ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 TIMEOUT_S = 20
 
 
@@ -71,14 +74,42 @@ def verdict(filenames: list[str]) -> str:
     return SDIST if any(n.endswith((".tar.gz", ".zip")) for n in filenames) else NOTHING
 
 
-def release_files(name: str, version: str) -> list[str]:
-    """The file names PyPI has for name==version."""
-    ask = urllib.request.Request(SIMPLE.format(name), headers={
-        "Accept": "application/vnd.pypi.simple.v1+json"})
+class _Links(HTMLParser):
+    """A PEP 503 project page's files: each link's text, and whether it is yanked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[dict] = []
+        self.in_link = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "a":
+            self.files.append({"filename": "", "yanked": "data-yanked" in dict(attrs)})
+            self.in_link = True
+
+    def handle_endtag(self, tag: str) -> None:
+        self.in_link = self.in_link and tag != "a"
+
+    def handle_data(self, data: str) -> None:
+        if self.in_link:
+            self.files[-1]["filename"] += data.strip()
+
+
+def project_files(index: str, name: str) -> list[dict]:
+    """The files an index lists for a project: [{"filename", "yanked"}, ...]."""
+    ask = urllib.request.Request(f"{index.rstrip('/')}/{name}/", headers={"Accept": ACCEPT})
     with urllib.request.urlopen(ask, timeout=TIMEOUT_S) as answer:
-        files = json.load(answer)["files"]
+        if "json" in answer.headers.get("Content-Type", ""):
+            return json.load(answer)["files"]
+        page = _Links()
+        page.feed(answer.read().decode())
+        return page.files
+
+
+def release_files(index: str, name: str, version: str) -> list[str]:
+    """The file names the index has for name==version."""
     wanted = canonicalize_version(version)
-    return [f["filename"] for f in files if not f.get("yanked")
+    return [f["filename"] for f in project_files(index, name) if not f.get("yanked")
             and file_version(f["filename"]) == wanted]
 
 
@@ -106,9 +137,10 @@ def on_the_box(lock_paths: list[Path]) -> tuple[list[tuple[str, str]], dict[str,
 
 def main(argv: list[str]) -> int:
     started = time.monotonic()
+    index = package_sources.package_index()  # or one line saying which setting to make
     pins, left_out = on_the_box([Path(a) for a in argv])
     with ThreadPoolExecutor(16) as pool:
-        said = list(pool.map(lambda pin: verdict(release_files(*pin)), pins))
+        said = list(pool.map(lambda pin: verdict(release_files(index, *pin)), pins))
     lines = {f"{n}=={v}": line for (n, v), line in zip(pins, said, strict=True)}
     lines.update({pin: f"not installed there: {m}" for pin, m in left_out.items()})
     width = max(map(len, lines))

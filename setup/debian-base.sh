@@ -1,7 +1,8 @@
 #!/bin/sh
 # Makes the image's base with no container registry: Debian (minbase) by debootstrap
-# from Debian's own mirror, imported into podman with the PATH and CMD of Docker's
-# debian images. `make image-test` builds FROM it with --pull=never: nothing is pulled
+# from the Debian mirror this box's apt names (or DEBIAN_MIRROR; with neither it stops,
+# saying so: setup/package_sources.py), imported into podman with the PATH and CMD of
+# Docker's debian images. `make image-test` builds FROM it with --pull=never: nothing is pulled
 # from a registry. SUITE (bookworm, trixie) and ARCH (amd64, arm64: a foreign one runs
 # through qemu-user, registered with binfmt_misc) choose it; the name says both:
 #   debian:12 (bookworm, this machine's arch), debian:13 (trixie), debian:12-arm64 ...
@@ -30,14 +31,14 @@ esac
 INCLUDE=ca-certificates
 
 say() { echo "debian-base: $*"; }
+# what the box's apt names (run from the repository's root, as every caller does)
+SOURCES="python3 setup/package_sources.py"
 
-# The host's Debian mirror (its apt sources), so the base and every apt-get in the
-# build use the mirror the host was configured for; Debian's CDN when none is named.
+# The host's Debian mirror (its apt sources, or DEBIAN_MIRROR), so the base and every
+# apt-get in the build use the mirror the host was configured for; one line and a
+# failure when it names none.
 host_mirror() {
-    mirror=$(grep -hs -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources \
-                 /etc/apt/sources.list.d/*.list /etc/apt/sources.list |
-             grep -o -E 'https?://[^ ]+/debian/?( |$)' | head -n 1 | tr -d ' ')
-    echo "${mirror:-http://deb.debian.org/debian}"
+    $SOURCES debian-mirror
 }
 
 # The host's apt configuration the base keeps: its Debian sources (only those that
@@ -47,8 +48,7 @@ host_mirror() {
 copy_apt_config() {
     root=$1
     host_suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
-        [ -f "$f" ] && grep -q -E 'https?://[^ ]*debian\.(org|net)/' "$f" || continue
+    for f in $($SOURCES debian-sources); do
         if [ -n "$host_suite" ]; then
             sed "s/\\b$host_suite\\b/$SUITE/g" "$f" \
                 >"$root/etc/apt/sources.list.d/${f##*/}"
@@ -80,11 +80,11 @@ remove_tree() {
 
 make_base() {
     command -v debootstrap >/dev/null || { say "no debootstrap: apt-get install debootstrap"; exit 1; }
+    mirror=$(host_mirror)
     work=$(mktemp -d /var/tmp/ftl-debian-base.XXXXXX)
     # the unpacked tree goes whatever happens; nothing is mounted in it after debootstrap
     trap 'remove_tree "$work"' EXIT
     trap 'exit 130' INT TERM
-    mirror=$(host_mirror)
     say "debootstrap --variant=minbase --arch=$ARCH $SUITE from $mirror"
     debootstrap --variant=minbase --arch="$ARCH" --include="$INCLUDE" "$SUITE" "$work/root" "$mirror" \
         >"$work/debootstrap.log" 2>&1 || { tail -n 20 "$work/debootstrap.log"; exit 1; }

@@ -89,21 +89,9 @@ foreign_binaries() {
 }
 
 # The host's pip configuration (files and PIP_* variables, the variables winning, as
-# pip reads them) as one pip.conf for the build; a build without it uses PyPI.
+# pip reads them) as one pip.conf for the build; a build without it uses pip's default.
 pip_conf() {
-    python3 - <<'EOF'
-import re, subprocess, sys
-out = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                     capture_output=True, text=True).stdout
-files, env = {}, {}
-for line in out.splitlines():
-    m = re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line)
-    if m:
-        (env if m.group(1) == ":env:" else files)[m.group(2)] = m.group(3)
-print("[global]")
-for key, value in {**files, **env}.items():
-    print(f"{key} = {value}")
-EOF
+    python3 setup/package_sources.py pip-conf
 }
 
 # `podman build -v` options: that pip.conf as the build's /etc/pip.conf, and every local

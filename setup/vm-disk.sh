@@ -25,7 +25,8 @@ SIZE=20G  # the pages' disk (docs/laptops.md); sparse: only what is written take
 say() { echo "vm-disk: $*"; }
 
 folder() {
-    key=$(cat setup/vm-disk.sh setup/debian-base.sh | { cat; host_mirror; } | sha256sum | cut -c 1-12)
+    mirror=$(host_mirror) || exit 1  # the box names none: host_mirror said which setting
+    key=$({ cat setup/vm-disk.sh setup/debian-base.sh; echo "$mirror"; } | sha256sum | cut -c 1-12)
     echo "$1/$SUITE-$key"
 }
 

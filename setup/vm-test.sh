@@ -130,7 +130,7 @@ user_data() {
     mkdir -p "$WORK/apt/etc/apt/sources.list.d" "$WORK/apt/etc/apt/apt.conf.d" &&
     (DEBIAN_BASE_FUNCTIONS=1 . setup/debian-base.sh && copy_apt_config "$WORK/apt") &&
     "$PY" -m pip config list >"$WORK/pip-config" &&
-    python3 setup/vm_user_data.py --repo "git://10.0.2.2:$GIT_PORT/lab.git" \
+    python3 -m setup.vm_user_data --repo "git://10.0.2.2:$GIT_PORT/lab.git" \
         --key "$WORK/key.pub" --apt-tree "$WORK/apt" --pip-config "$WORK/pip-config" \
         --served-at "http://10.0.2.2:$HTTP_PORT" --www "$WORK/www" >"$WORK/seed/user-data" &&
     cp "$WORK/seed/user-data" "$LOGS/user-data"

@@ -3,14 +3,16 @@ room set (LAB_REPO=, a clone of this checkout that the test serves), and a secon
 cloud-config part with what a room adds to it: its users' SSH keys (the default
 user's), its apt mirror and its pip indexes. The room's part names this box's own
 configuration (its apt sources and Acquire settings, as setup/debian-base.sh copies them
-into a tree; `pip config list`, files and PIP_* variables): no host name is typed here.
+into a tree; `pip config list`, files and PIP_* variables, read as
+setup/package_sources.py reads them): no host name is typed here.
 A local index or wheel folder (file:///opt/pypi/simple, /opt/wheels) is served over
 HTTP on the host's loopback, which the VM reaches as 10.0.2.2 (QEMU's user network).
 
-    python3 setup/vm_user_data.py --repo URL --key KEY.pub --apt-tree DIR \\
+    python3 -m setup.vm_user_data --repo URL --key KEY.pub --apt-tree DIR \\
         --pip-config FILE --served-at http://10.0.2.2:PORT --www DIR > user-data
 
-Stdlib only (the host's python3). The room's part is JSON, which YAML reads as it is.
+Stdlib only (the host's python3), run from the repository's root. The room's part is
+JSON, which YAML reads as it is.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import re
 from email.mime.multipart import MIMEMultipart
 from email.mime.text import MIMEText
 from pathlib import Path
+
+from setup.package_sources import pip_settings
 
 CLOUD_INIT = Path(__file__).resolve().parent / "cloud-init.yaml"
 LAB_REPO = re.compile(r"^(\s*)LAB_REPO=.*$", re.M)
@@ -37,16 +41,6 @@ def with_repo(text: str, repo: str) -> str:
     if n != 1:
         raise SystemExit(f"vm_user_data: {n} LAB_REPO= lines in the cloud-init file, not one")
     return changed
-
-
-def pip_settings(config_list: str) -> dict[str, str]:
-    """`pip config list` as pip reads it: the files', then PIP_* variables winning."""
-    files, env = {}, {}
-    for line in config_list.splitlines():
-        m = re.match(r"^(:env:|[\w-]+)\.([\w-]+)='(.*)'$", line)
-        if m:
-            (env if m[1] == ":env:" else files)[m[2]] = m[3]
-    return {**files, **env}
 
 
 def served(value: str, url: str) -> tuple[str, list[str]]:

@@ -1,6 +1,7 @@
 """The locks (setup/locks.py, `make lock`): each agrees with its requirements file, every
 package in it carries a hash, a pin changed without `make lock` is refused before
-anything is installed, and the venvs hold what their locks say."""
+anything is installed, and the venvs hold what their locks say; `make lock` compiles
+against the index the box names, and a mirror of it gives the same lock."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from benchmarks import stages
 from benchmarks.sandbox import procs
-from setup import locks
+from setup import locks, package_sources
 
 ROOT = stages.ROOT
 LOCKS = sorted(ROOT.glob("requirements*.lock"))
@@ -54,6 +55,7 @@ def test_every_locked_package_carries_a_hash(lock):
 
 
 def copy_of_the_locked_files(into: Path) -> Path:
+    into.mkdir(parents=True, exist_ok=True)
     for path in (*ROOT.glob("requirements*"), ROOT / "Makefile"):
         shutil.copy(path, into)
     shutil.copytree(ROOT / "setup", into / "setup", ignore=shutil.ignore_patterns("__pycache__"))
@@ -142,3 +144,95 @@ def test_each_venv_holds_what_its_lock_says(environment):
             continue
         assert name in locked, f"{name} is installed, {lock.name} does not lock it"
         assert version in locked[name]["versions"], (name, version, locked[name])
+
+
+# --- the index a lock is made against -------------------------------------------------
+
+UV_VERSION = re.search(r"^UV_VERSION := (\S+)", (ROOT / "Makefile").read_text(), re.M)[1]
+
+
+@pytest.fixture(scope="module")
+def venv_lock(tmp_path_factory) -> Path:
+    """A venv with the Makefile's uv: `make lock`'s own (.venv-lock) when it has that uv,
+    else one made here from the box's index (as `make lock` makes it)."""
+    own = ROOT / ".venv-lock"
+    said = subprocess.run([str(own / "bin" / "uv"), "--version"], capture_output=True,
+                          text=True) if (own / "bin" / "uv").exists() else None
+    if said and said.stdout.startswith(f"uv {UV_VERSION} "):
+        return own
+    venv = tmp_path_factory.mktemp("venv-lock")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", f"uv=={UV_VERSION}"],
+                   check=True, timeout=300)
+    return venv
+
+
+LOCKED = ("requirements.lock", "requirements-eventlet.lock", "requirements-notebooks.lock")
+
+
+def make_lock(folder: Path, venv_lock: Path, **env: str) -> subprocess.CompletedProcess:
+    """`make lock` in a copy of the repository's Makefile and setup/, with the box's
+    package settings as `env` gives them (no pip file, no uv file, no PIP_/UV_ variable
+    of this box's)."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("PIP_", "UV_", "MAKE")) and k not in ("XDG_CONFIG_DIRS",)}
+    return subprocess.run(
+        ["make", "-s", "lock", f"VENV_LOCK={venv_lock}"], cwd=folder, capture_output=True,
+        text=True, timeout=120, env={**clean, "PIP_CONFIG_FILE": os.devnull,
+                                     "XDG_CONFIG_HOME": str(folder / "no-config"),
+                                     "XDG_CONFIG_DIRS": str(folder / "no-config"),
+                                     "UV_CACHE_DIR": str(folder / "uv-cache"), **env})
+
+
+def test_a_lock_made_through_a_mirror_equals_the_one_made_against_its_index(tmp_path,
+                                                                            venv_lock):
+    """`make lock` compiles against the index the box names (here PIP_INDEX_URL), and
+    a lock holds versions and the hashes of the files, never where they came from: an
+    index and a mirror that serves its files, at another host name, port and path, give
+    the same three locks, byte for byte, each made from no lock. A mirror that lists
+    fewer of a release's files (a partial one) gives fewer hashes, so the same lock needs
+    a mirror of every file; from a lock already made, uv keeps the hashes it has (a pin
+    unchanged is not asked again), so `make lock` leaves a committed lock as it is."""
+    from local_index import LocalIndex, sha256, wheel
+    needs = ("ftl-dep>=2",)
+    files = dict([wheel("ftl-demo", "1.0", requires=needs),
+                  wheel("ftl-demo", "1.0", "cp311-cp311-manylinux_2_17_aarch64", needs),
+                  wheel("ftl-dep", "2.0")])
+    aarch64 = next(f for f in files if "aarch64" in f)
+    partial = {f: data for f, data in files.items() if f != aarch64}
+
+    def lock_via(server: LocalIndex, name: str, start: list[str] | None = None) -> list[str]:
+        folder = copy_of_the_locked_files(tmp_path / name)
+        for lock, text in zip(LOCKED, start or [None] * len(LOCKED), strict=True):
+            locks.requirements_of(folder / lock).write_text("ftl-demo==1.0\n")
+            (folder / lock).unlink()
+            if text:
+                (folder / lock).write_text(text)
+        done = make_lock(folder, venv_lock, PIP_INDEX_URL=server.url)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{server.simple}/ftl-demo/" in server.asked, (name, server.asked)
+        return [(folder / lock).read_text() for lock in LOCKED]
+
+    with (LocalIndex(files) as index,
+          LocalIndex(files, "/mirror/pypi/simple", "/mirror/pypi/packages", "localhost") as mirror,
+          LocalIndex(partial, "/partial/simple", "/partial/files") as partial_mirror):
+        made = lock_via(index, "index")
+        assert lock_via(mirror, "mirror") == made
+        fewer = lock_via(partial_mirror, "partial")
+        assert sha256(files[aarch64]) in made[0] and sha256(files[aarch64]) not in fewer[0]
+        assert lock_via(partial_mirror, "partial-from-the-lock", start=made) == made
+    hashes = set(re.findall(r"--hash=sha256:(\w+)", made[0]))
+    assert hashes == {sha256(data) for data in files.values()}
+    assert "127.0.0.1" not in made[0] and "simple" not in made[0]
+
+
+def test_make_lock_stops_in_one_line_where_the_box_names_no_index(tmp_path, venv_lock):
+    """pip's no-index set, no index-url: the setting to make, and no lock written."""
+    folder = copy_of_the_locked_files(tmp_path)
+    before = {lock: (folder / lock).read_text() for lock in LOCKED}
+    done = make_lock(folder, venv_lock, PIP_NO_INDEX="1")
+    assert done.returncode != 0
+    said = [ln for ln in done.stderr.splitlines() if ln.startswith("setup: ")]
+    assert said == [package_sources.NO_INDEX], done.stdout + done.stderr
+    assert "lock:" not in done.stdout
+    assert {lock: (folder / lock).read_text() for lock in LOCKED} == before
