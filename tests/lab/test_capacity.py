@@ -155,3 +155,24 @@ def test_collections_logged_during_a_step_are_its_pauses(tmp_path):
     assert verdict.limit(row, 250).startswith(
         "garbage collection (a full collection paused the real-time server 712 ms, "
         "1,369,468 objects")
+
+
+def _step(stage: str, repeat: int, users: int, p99: float, broke: bool) -> dict:
+    return {"stage": stage, "repeat": repeat, "users": users, "broke": ["slow"] if broke else [],
+            "limit": "unclear" if broke else None, "pss_kib_per_user": 70.0 + repeat,
+            "realtime_us_per_delivery": 300.0 + repeat, "delivery_p99_ms": p99,
+            "connected": users, "received": 10, "expected": 10, "delivery_p50_ms": 3.0,
+            "realtime_cpu_percent": 10.0, "load_cpu_percent_max": 5.0, "processes": 1}
+
+
+def test_the_paired_steps_are_one_family_and_the_report_says_how_many(tmp_path):
+    """Three repeats of 9 and 10: memory and CPU at the step both held, p99 where 9 broke;
+    the report counts the steps it tested and adjusts them together (Holm's method)."""
+    rows = [_step("9", r, 2500, 400.0 + r, True) for r in (1, 2, 3)]
+    rows += [_step("10", r, u, 60.0 + r, False) for r in (1, 2, 3) for u in (2500, 5000)]
+    report.write(tmp_path, rows, "python -m benchmarks.studies.capacity --stages 9,10")
+    text = (tmp_path / report.REPORT).read_text()
+    assert "- **9**: 2,500 users held in 0 of 3 repeats" in text
+    assert "- **10**: 2,500 users held in 3 of 3 repeats, 5,000 users held in 3 of 3" in text
+    assert ("1 step tested, significant when p < 0.05" in text), text  # only p99 pairs
+    assert "- 10 / 9, delivery p99 at 2,500 users: 0.15x [" in text, text

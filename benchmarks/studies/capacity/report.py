@@ -138,14 +138,14 @@ def paired_steps(found: dict[str, dict[int, list[dict]]]) -> list[tuple[str, dic
 
 
 def paired_lines(found: dict[str, dict[int, list[dict]]]) -> list[str]:
-    """The paired steps in words; one repeat each: their ratios, untested, said once."""
+    """The paired steps in words, one family (Holm's method), its size said first."""
     steps = paired_steps(found)
     if not steps:
         return []
-    if all(step["p"] is None for _, step in steps):
-        return ["One repeat of each: the ratios, untested (`--repeats 3` gives the paired "
-                "test).", "", *(f"- {what}: {step['ratio']:.2f}x" for what, step in steps)]
-    return [f"- {what}: {stats.verdict(step)}" for what, step in steps]
+    tested = stats.family([step for _, step in steps])
+    return [stats.family_line(tested, start=True) + ".", "",
+            *(f"- {what}: {stats.verdict(step)}" for (what, _), step in zip(steps, tested,
+                                                                           strict=True))]
 
 
 def fanout_lines(rows: list[dict]) -> list[str]:
