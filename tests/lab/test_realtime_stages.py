@@ -1,7 +1,8 @@
-"""The realtime set's twins of stage 9 (9e, 9t, 9a; lab 16), end to end: one short
-`lab run` of 9a in network namespaces (test_lab.py's full run leaves the set out), then
-its checks (stage 9's), which server held its websockets, and a message posted over
-HTTP reaching a websocket there. So that `make test` stays within its 8 minutes (it took
+"""The realtime set's twins of stage 9 (9e, 9t, 9a, 10; lab 16), end to end: one short
+`lab run` of 9a and 10 in network namespaces (test_lab.py's full run leaves the set out),
+then their checks (stage 9's), which server held their websockets, and a message posted
+over HTTP reaching a websocket there. 10t is 10's config with one setting of its
+environment changed (test_configs.py reads it). So that `make test` stays within its 8 minutes (it took
 8 min 1 s with 9e here too), the others are run elsewhere: 9t's server by the capacity
 study's test (tests/lab/test_capacity.py: 150 websockets on its threads, every count
 held to the server's); 9e's eventlet Socket.IO server by the app's suite
@@ -23,7 +24,7 @@ from benchmarks import stages
 from benchmarks.sandbox import nginx_conf
 
 TWINS = [s for s in stages.STAGES if s.set_name == "realtime"]
-RUN = [s for s in TWINS if s.key == "9a"]  # the lab run's (the others: the docstring)
+RUN = [s for s in TWINS if s.key in ("9a", "10")]  # the lab run's (others: the docstring)
 # What each twin's Socket.IO server is: run.json's record (the environment, the server and
 # its version as that environment's own Python reads it, the worker class and library),
 # and what the server's own log says it started (gunicorn names its version and worker;
@@ -33,12 +34,17 @@ SERVED = {
             "worker_class": "asgi", "worker_library": None},
            [r"Starting granian"],
            r"Spawning worker-1 with PID: (\d+)"),
+    # stage 10: stage 9's gevent worker on gunicorn/realtime.conf.py
+    "10": ({"environment": stages.CURRENT, "server": "gunicorn 27.0.1",
+            "worker_class": "gevent", "worker_library": "gevent 26.9.0"},
+           [r"Starting gunicorn 27\.0\.1", r"Using worker: gevent"],
+           r"Booting worker with pid: (\d+)"),
 }
 
 
 @pytest.fixture(scope="module")
 def realtime_run(tmp_path_factory):
-    """One short run of 9a, 50 users (10 of them on Socket.IO), as the full
+    """One short run of 9a and 10, 50 users (10 of them on Socket.IO), as the full
     run takes its stages; the results folder, and how long the run took."""
     out = tmp_path_factory.mktemp("realtime-results")
     started = time.monotonic()
