@@ -92,6 +92,24 @@ def test_a_session_connected_with_a_token_stays(eio_server):
         assert answer.status_code == 200 and answer.text.startswith("40"), answer.text
 
 
+def test_a_session_that_connected_and_left_its_namespace_stays(eio_server):
+    """It connected in time: the deadline leaves it, even when it left its namespace
+    (`41`) before a sweep saw it connected (twice a second: on a half-speed box the
+    packet-type test's `41` burst met that)."""
+    port = eio_server.url.rsplit(":", 1)[1]
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{port}/socket.io/?EIO=4&transport=websocket", timeout=5)
+    try:
+        assert ws.recv().startswith("0")
+        ws.send(f'40{{"token":"{eio_server.token}"}}')
+        ws.send("41")  # at once: no sweep between the two
+        assert ws.recv().startswith('40{"sid"')
+        time.sleep(2)  # past the 1 s deadline and two sweeps
+        assert still_open(ws)
+    finally:
+        close(ws)
+
+
 def worker_fds(proc) -> int:
     """Descriptors held by this test's gunicorn worker(s)."""
     return sum(child.num_fds() for child in psutil.Process(proc.pid).children())
