@@ -234,14 +234,17 @@ def guard_websockets(eio, errors: ClientErrors) -> None:
     eio._async = {**eio._async, "websocket": guarded}
 
 
-def guard_messages(server, errors: ClientErrors) -> None:
+def guard_messages(server, errors: ClientErrors, deadline: AuthDeadline) -> None:
     """Whatever python-socketio still raises on a client's message closes that session
-    and is counted, not logged as a traceback per message (Engine.IO's default)."""
+    and is counted, not logged as a traceback per message (Engine.IO's default). A
+    message that connected the session takes it off the deadline's list."""
     on_message = server.eio.handlers["message"]
 
     def checked(eio_sid, data):
         try:
-            return on_message(eio_sid, data)
+            answer = on_message(eio_sid, data)
+            deadline.settle(eio_sid)
+            return answer
         except Exception as e:
             environ = server.environ.get(eio_sid) or {}
             errors.report(client_address(environ), message_refusal(e))
@@ -323,6 +326,14 @@ class AuthDeadline:
             self.running = True
         self.server.start_background_task(self.sweep)
 
+    def settle(self, eio_sid: str) -> None:
+        """Off the list once connected, not only when a sweep finds it so: a session that
+        connected and then left its namespace (`41`) before the next sweep did connect in
+        time (on a half-speed box such a session was closed)."""
+        if eio_sid in self.pending and self.connected(eio_sid):
+            with self.lock:
+                self.pending.pop(eio_sid, None)
+
     def connected(self, eio_sid: str) -> bool:
         manager = self.server.manager
         sid = manager.sid_from_eio_sid(eio_sid, self.namespace)
@@ -359,8 +370,8 @@ def init_app(app, socketio) -> None:
     errors = ClientErrors(app.logger)
     app.wsgi_app = EngineIOGuard(app.wsgi_app, server.eio, errors)
     guard_websockets(server.eio, errors)
-    guard_messages(server, errors)
     deadline = AuthDeadline(server, app.config["SOCKETIO_AUTH_TIMEOUT"])
+    guard_messages(server, errors, deadline)
     on_eio_connect = server.eio.handlers["connect"]
 
     def opened(eio_sid, environ):

@@ -213,13 +213,15 @@ def guard_websockets(eio, errors: ClientErrors) -> None:
     eio._async = {**eio._async, "websocket": guarded}
 
 
-def guard_messages(server, errors: ClientErrors) -> None:
+def guard_messages(server, errors: ClientErrors, deadline: AuthDeadline) -> None:
     """socket_guard.guard_messages for the AsyncServer: counted, the session closed."""
     on_message = server.eio.handlers["message"]
 
     async def checked(eio_sid, data):
         try:
-            return await on_message(eio_sid, data)
+            answer = await on_message(eio_sid, data)
+            deadline.settle(eio_sid)
+            return answer
         except Exception as e:
             environ = server.environ.get(eio_sid) or {}
             errors.report(client_address(environ), socket_guard.message_refusal(e))
@@ -246,8 +248,8 @@ def wrap(asgi_app, server, logger, auth_timeout: float):
     around Flask-SocketIO's WSGI middleware; the deadline started on each handshake."""
     errors = ClientErrors(logger)
     guard_websockets(server.eio, errors)
-    guard_messages(server, errors)
     deadline = AsyncAuthDeadline(server, auth_timeout)
+    guard_messages(server, errors, deadline)
     on_eio_connect = server.eio.handlers["connect"]
 
     async def opened(eio_sid, environ):

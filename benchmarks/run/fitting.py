@@ -7,11 +7,17 @@ request rate; on a slow or busy machine a short run would end before it is full,
 and the failure would not show. So, from the warm-up's rate, each is made smaller
 still when it would not fill early enough, only inside the stage's hosts (never on
 the machine), and the run says so.
+
+A rate is a forecast: on a box shared with other work the window may run at a small
+part of the warm-up's rate (stage 4 under half the CPU beside the rest of the suite
+filled 35% of a range sized so). So the port range, once narrowed, also holds no
+more ports than the requests the users make through Nginx as they start, which every
+window makes whatever the box's speed.
 """
 
 from __future__ import annotations
 
-from benchmarks import stages
+from benchmarks import checks, stages
 from benchmarks.run.cli import say
 from benchmarks.run.options import RunOptions
 from benchmarks.sandbox import hosts, sandbox
@@ -21,6 +27,9 @@ PORT_RANGE = "net.ipv4.ip_local_port_range"
 TW_BUCKETS = "net.ipv4.tcp_max_tw_buckets"
 MIN_PORTS = 100  # the narrowest range fit_port_range makes
 FILL_WITHIN = 8  # fit_port_range: the range fills within 1/8 of the window at the warm-up rate
+# the HTTP requests each Locust user makes as it starts (benchmarks/chat.py open_chat:
+# log in, its friends, find-or-create their room), before any task
+REQUESTS_AS_A_USER_STARTS = 3
 MIN_TW_CAP = 200  # the lowest cap fit_tw_cap sets
 TW_FILL_WITHIN = 3  # fit_tw_cap: the cap fills within the first third of warm-up + window
 
@@ -30,23 +39,36 @@ def _write(box: sandbox.Sandbox, settings: dict[str, str]) -> None:
         hosts.write_sysctls(settings, ["ip", "netns", "exec", box.namespace(role)])
 
 
-def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> str | None:
+def starting_requests(users: int) -> int:
+    """The requests `users` Locust users make through the entry point as they start."""
+    return REQUESTS_AS_A_USER_STARTS * users
+
+
+def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions,
+                   users: int) -> str | None:
     """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
     when this machine is too slow to fill it early in the measured window.
 
     Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
     so at R requests a second the range fills in ports / R seconds. `rps` is the
     warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
-    times lower, so the range is sized to fill within an eighth of the window at `rps`.
-    Only stages whose profile narrows the range, only on hosts (never the machine's
-    own). The new range, or None when the profile's stands.
+    times lower, so the range is sized to fill within an eighth of the window at `rps`;
+    and to no more than the requests Locust's `users` make as they start (when that is
+    at least MIN_PORTS), so that it fills once they have started, however slowly.
+    Only stages whose profile narrows the range and whose checks want it exhausted (the
+    others keep the profile's: stage 7's app host, narrowed to 100, once ran out of
+    ports toward Redis), only on hosts (never the machine's own). The new range, or
+    None when the profile's stands.
     """
-    if not (box.network and rps and "narrow-ports" in box.stage.sysctl):
+    if not (box.network and rps and "narrow-ports" in box.stage.sysctl
+            and checks.PORTS_EXHAUSTED in box.stage.checks):
         return None
     low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
     wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
     if wanted >= high - low + 1:
         return None
+    if starting_requests(users) >= MIN_PORTS:
+        wanted = min(wanted, starting_requests(users))
     value = f"{low} {low + wanted - 1}"
     _write(box, {PORT_RANGE: value})
     return value
@@ -69,15 +91,25 @@ def fit_tw_cap(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> int
     return wanted
 
 
-def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, ports: str | None,
-               cap: int | None) -> None:
+def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, users: int,
+               ports: str | None, cap: int | None) -> None:
     """What this module changed for this machine's speed, if anything, said in the run."""
     where = ", ".join(stage.connecting_roles)
     if ports:
         say(f"  port range {ports} on {where}: the warm-up answered {rps:.0f} req/s, so the "
             f"narrowed range fills within the first 1/{FILL_WITHIN} of "
             f"{opts.duration:g} s at that rate")
+        low, high = (int(x) for x in ports.split())
+        if high - low + 1 == starting_requests(users):
+            say(f"  and it is no larger than the {starting_requests(users)} requests its "
+                f"{users} users make as they start: full once they have, at any rate")
     if cap:
         say(f"  tcp_max_tw_buckets {cap} on {where}: the warm-up answered {rps:.0f} req/s, "
             f"so the cap fills within the first 1/{TW_FILL_WITHIN} of warm-up and "
             f"window at that rate")
+
+
+def fit(box: sandbox.Sandbox, rps: float | None, opts: RunOptions, users: int) -> None:
+    """Both fits for this stage, after its warm-up, and what they changed said."""
+    say_fitted(box.stage, rps, opts, users, fit_port_range(box, rps, opts, users),
+               fit_tw_cap(box, rps, opts))

@@ -103,14 +103,18 @@ def socketio_users(opts: RunOptions, user_classes) -> int:
     return opts.socketio_users if SOCKETIO_CLASS in user_classes else 0
 
 
+def locust_users(opts: RunOptions, user_classes) -> int:
+    """Locust's `-u`: Socket.IO users come on top, so every stage has the same HTTP users;
+    the open model has one ArrivalUser in their place, starting requests at the rate."""
+    arrivals = ARRIVAL_CLASS in user_classes
+    return (1 if arrivals else opts.users) + socketio_users(opts, user_classes)
+
+
 def locust_command(url: str, opts: RunOptions, seconds: float, user_classes,
                    csv_prefix: Path | None, users_file: Path | None = None,
                    chat_settings: dict | None = None) -> list[str]:
-    # Socket.IO users come on top, so every stage has the same HTTP users; the open model
-    # has one ArrivalUser in their place, starting requests at the rate
     arrivals = ARRIVAL_CLASS in user_classes
-    users = (1 if arrivals else opts.users) + socketio_users(opts, user_classes)
-    cmd = ["--headless", "-u", str(users),
+    cmd = ["--headless", "-u", str(locust_users(opts, user_classes)),
            "-r", str(opts.spawn_rate), "-t", f"{max(1, round(seconds))}s", "--host", url,
            "--only-summary", "--stop-timeout", "5"]
     if arrivals:

