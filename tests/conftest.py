@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,16 @@ def _assert_error(response, status: int, code: str | None = None) -> dict:
 def assert_error():
     """``assert_error(response, status, code=None)`` -> the error body."""
     return _assert_error
+
+
+def skip_unless_a_git_clone() -> None:
+    """Skip a test that needs this copy to be a git repository where it is none: an image
+    built from a git worktree (its `.git` is a file naming a folder outside the image;
+    an image built from a clone keeps its `.git`)."""
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+            timeout=30).returncode:
+        pytest.skip("no git, or this copy of the repository is no git clone")
 
 
 def run_module(module: str, *args: str, timeout: float,

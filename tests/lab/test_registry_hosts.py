@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from conftest import skip_unless_a_git_clone
+
 from benchmarks.stages import ROOT
 
 # Package registries' hosts (and the hosts their files are served from), as `git grep -E`
@@ -36,6 +38,7 @@ def registry_hosts_in(repo: Path) -> list[str]:
 
 
 def test_no_tracked_file_names_a_registrys_host():
+    skip_unless_a_git_clone()
     found = registry_hosts_in(ROOT)
     assert found == [], "\n".join(found[:20])
 

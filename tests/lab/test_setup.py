@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 
 import pytest
+from conftest import skip_unless_a_git_clone
 
 from benchmarks import stages
 
@@ -91,6 +92,7 @@ def test_a_windows_checkout_keeps_lf_and_its_install_starts(tmp_path):
     every file the box runs, so the install's first steps (make's pre-flight and the
     system packages, the netns check) run from such a clone as from any other. It clones
     what is committed (HEAD)."""
+    skip_unless_a_git_clone()
     clone = tmp_path / "clone"
     # -c after `clone`: kept in the clone's config, as Git for Windows' system config is
     cloned = subprocess.run(["git", "clone", "-q", "-c", "core.autocrlf=true", str(ROOT),

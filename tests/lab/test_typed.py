@@ -33,13 +33,13 @@ import ast
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import skip_unless_a_git_clone
 from test_box import SECURE_PATH, lab_command, sudo_env
 from test_doc_outputs import in_order, outputs
 from test_docs import ROOT, Command, block_commands, closed, fenced_blocks, rel
@@ -258,10 +258,7 @@ def root_in_the_clone(tmp: Path) -> Shell:
 def wsl_root(tmp: Path) -> Shell:
     """docs/laptops.md: WSL's Debian, as root, cloning to /lab: here this clone, to a
     folder of the test's."""
-    if shutil.which("git") is None or subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-            timeout=30).returncode:
-        pytest.skip("no git, or this copy of the repository is no git clone to clone")
+    skip_unless_a_git_clone()
     return Shell(tmp / "root", login_env(tmp / "root", SECURE_PATH),
                  stands_for={"REPOSITORY_URL": str(ROOT), "/lab": str(tmp / "lab")})
 
