@@ -139,25 +139,28 @@ def test_lab_15s_verdicts_say_what_the_interval_allows():
 
 CAPACITY = ROOT / "notebooks" / "capacity-run"
 LAB_16 = ROOT / "exercises" / "16-how-many-users.md"
+CAPACITY_RUNS = ROOT / "docs" / "capacity-runs.md"
 
 
-@pytest.mark.parametrize("part, quoted", [
-    ("main", ("| 9", "- **9", "- 9")), ("deflate", ("| 9", "- **9", "- 9")),
-    ("goal", ("| 9", "- **9")),
-    # the earlier run's and the fan-out's steps: their stage lines name no limit (the study
-    # did not log collections yet), which the lab gives from the main run
-    ("first", ("| 9",)), ("fanout", ("| 9",)),
+@pytest.mark.parametrize("part, page", [
+    ("stage-10", LAB_16),  # the lab's one main table: 9 against 10, three repeats
+    ("steps", LAB_16),  # the step the greenlet tree is: 10t against 10, three repeats
+    # the earlier one-repeat runs, on a page of their own
+    ("main", CAPACITY_RUNS), ("first", CAPACITY_RUNS), ("fanout", CAPACITY_RUNS),
+    ("goal", CAPACITY_RUNS), ("deflate", CAPACITY_RUNS),
 ])
-def test_lab_16s_tables_are_the_capacity_captures_own(part, quoted):
-    """Lab 16 quotes each capture's tables whole (notebooks/capacity-run/PART/report.md,
-    written by the study): every table row (and stage line) of the report is in the lab,
-    as the study wrote it, and there is a table row for every step the capture ran."""
+def test_lab_16s_tables_are_the_capacity_captures_own(part, page):
+    """Each capture's report (notebooks/capacity-run/PART/report.md, written by the study)
+    is quoted whole where it is shown: every table row, stage line and paired step, as
+    the study wrote it, and a table row for every step the capture ran; the lab links
+    every capture it does not show."""
     report = (CAPACITY / part / "report.md").read_text().splitlines()
-    rows = [line for line in report if line.startswith(quoted)]
-    lab = LAB_16.read_text().splitlines()
-    assert rows and all(line in lab for line in rows), set(rows) - set(lab)
+    rows = [line for line in report if line.startswith(("| 9", "| 10", "- "))]
+    shown = page.read_text().splitlines()
+    assert rows and all(line in shown for line in rows), set(rows) - set(shown)
     said = json.loads((CAPACITY / part / "capacity.json").read_text())
-    assert len([line for line in rows if line.startswith("| 9")]) >= len(said["rows"])
+    assert len([line for line in rows if line.startswith(("| 9", "| 10"))]) >= len(said["rows"])
+    assert f"notebooks/capacity-run/{part}/report.md" in LAB_16.read_text()
 
 
 WATCHING = ROOT / "notebooks" / "watching-run"
