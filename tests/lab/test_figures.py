@@ -250,3 +250,20 @@ def test_lab_17_fits_its_slot():
     """A lab is a slot of a day (issue 58): at most 3,000 words, its reference tables in
     the captures it links."""
     assert len(LAB_17.read_text().split()) <= 3000
+
+
+def test_lab_16s_prose_figures_are_the_main_captures():
+    """The figures lab 16's prose gives beside its main table, read from its capture's rows
+    (notebooks/capacity-run/stage-10/capacity.json): stage 9's pauses where it held and
+    where it broke, stage 10's at 10,000 users and its server roles' share of their core."""
+    rows = json.loads((CAPACITY / "stage-10" / "capacity.json").read_text())["rows"]
+
+    def span(key, stage, users, fmt="{:.0f}"):
+        found = [r[key] for r in rows if r["stage"] == stage and r["users"] == users]
+        return f"{fmt.format(min(found))} to {fmt.format(max(found))}"
+
+    lab = " ".join(LAB_16.read_text().split())
+    assert f"logged {span('gc_pause_max_ms', '9', 5000)} ms" in lab
+    assert f"already paused {span('gc_pause_max_ms', '9', 2500)} ms" in lab
+    assert f"longest pause there {span('gc_pause_max_ms', '10', 10000)} ms" in lab
+    assert f"at {span('server_cpu_percent_of_set', '10', 10000)}% of their one core" in lab
