@@ -1,14 +1,14 @@
-"""The realtime set's twins of stage 9 (9e, 9t, 9a, 10; lab 16), end to end: one short
-`lab run` of 9a and 10 in network namespaces (test_lab.py's full run leaves the set out),
+"""The realtime set's twins of stage 9 (9e, 9t, 9a, 10; lab 16), end to end: one short `lab
+run` of 9a and 10 in network namespaces (test_lab.py's full run leaves the set out),
 then their checks (stage 9's), which server held their websockets, and a message posted
 over HTTP reaching a websocket there. 10t is 10's config with one setting of its
-environment changed (test_configs.py reads it). So that `make test` stays within its 8 minutes (it took
-8 min 1 s with 9e here too), the others are run elsewhere: 9t's server by the capacity
-study's test (tests/lab/test_capacity.py: 150 websockets on its threads, every count
-held to the server's); 9e's eventlet Socket.IO server by the app's suite
-(test_socketio_gunicorn.py, test_engineio_guard.py on eventlet), and the environment
-it comes from (eventlet's, beside granian from .venv) by test_environments.py. Needs
-root (network namespaces); without it these tests are skipped with the reason.
+environment changed (test_configs.py reads it). So that `make test` stays within its 8
+minutes (it took 8 min 1 s with 9e here too), the others are run elsewhere: 9t's server
+by the capacity study's test (tests/lab/test_capacity.py: 150 websockets on its threads,
+every count held to the server's); 9e's eventlet Socket.IO server by the app's suite
+(test_socketio_gunicorn.py, test_engineio_guard.py on eventlet), and the environment it
+comes from (eventlet's, beside granian from .venv) by test_environments.py. Needs root
+(network namespaces); without it these tests are skipped with the reason.
 """
 
 from __future__ import annotations
