@@ -14,7 +14,7 @@ which patch ``threading``). A collection then scans only what was made since the
 freeze: its pause is bounded by what the server makes in that many seconds, not by the
 users it holds. The price: a cycle among frozen objects that becomes garbage is not
 collected until ``gc.unfreeze()``; the memory of the users who leave stays wherever
-their objects form cycles (lab 16 measures how much).
+their objects form cycles (lab 16: what a server keeps once its users left).
 
 GC_THRESHOLDS ("", the running Python's own: 700,10,10 on 3.11 to 3.13, 2000,10,10 on
 3.14) are ``gc.set_threshold``'s three numbers: the net allocations that start a young
