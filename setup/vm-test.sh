@@ -70,13 +70,14 @@ preflight() {
         die "no qemu-system-x86_64 and no apt-get to install it (Debian: qemu-system-x86)"
     command -v apt-get >/dev/null || command -v debootstrap >/dev/null ||
         die "no debootstrap and no apt-get to install it"
-    # the VM is reached over ssh with a key pair made for the run; not installed here
-    command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
-        die "no ssh or ssh-keygen: apt-get install openssh-client"
     case $ACCEL in tcg|kvm) ;; *) die "VM_ACCEL=$ACCEL: tcg (the default) or kvm" ;; esac
     SSH_PORT=${VM_SSH_PORT:-$(free_port)}
     port_free "$SSH_PORT" || die "port $SSH_PORT on 127.0.0.1 is taken: VM_SSH_PORT=another"
     git rev-parse --verify -q HEAD >/dev/null || die "no git commit here to clone into the VM"
+    # the VM is reached over ssh with a key pair made for the run; not installed here (after
+    # the input's checks: a box without ssh, as the image, still hears what was wrong first)
+    command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
+        die "no ssh or ssh-keygen: apt-get install openssh-client"
 }
 
 # QEMU, debootstrap and a seed ISO's maker from Debian's packages when missing, as the
