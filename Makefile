@@ -64,7 +64,9 @@ BUILD_TOOLS_CHECK = $(if $(filter x86_64,$(MACHINE)),,command -v gcc >/dev/null 
 # lab starts, since `lab` and `test` run `setup`.
 setup: install box-check
 
-install: preflight system-packages $(VENV)/.installed $(VENV_EVENTLET)/.installed
+# the two environments side by side: each pip is one process, the box has two cores
+install: preflight system-packages
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.installed $(VENV_EVENTLET)/.installed
 
 # Before anything is installed: Linux, root, apt-get, the distribution, a Python >= 3.11
 # (PYTHON=...), venvs made by that Python, and locks that match their requirements
