@@ -538,9 +538,9 @@ def evaluate(stage: Stage, metrics: dict, leave_out: tuple[str, ...] = ()) -> li
     (checks.counted leaves it out of every count).
     """
     served = answered(metrics) > 0
-    return [{"name": c.metric, "expected": c.expected(), "measured": metrics.get(c.metric),
+    return [{"name": c.metric, "expected": c.expected(metrics), "measured": metrics.get(c.metric),
              "passed": served and c.passes(metrics.get(c.metric),
-                                           metrics.get("profile_samples")),
+                                           metrics.get("profile_samples"), metrics),
              "why": c.why if served else f"no request was answered; {c.why}",
              **({"left_out": True} if c.metric in leave_out else {})}
             for c in stage.checks if not (c.optional and metrics.get(c.metric) is None)]

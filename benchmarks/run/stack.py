@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from benchmarks.analysis import access_logs
@@ -34,6 +35,7 @@ class Stack:
         self.watchers: dict[str, subprocess.Popen] = {}
         self.prometheus = prometheus.Prometheus(self) if getattr(box, "metrics", False) else None
         self.spans: dict | None = None  # a stage that traces: what its sink received, as it stops
+        self.servers_up_s: float | None = None  # start: its app servers' start, to /healthz 200
 
     @property
     def url(self) -> str:
@@ -96,6 +98,7 @@ class Stack:
         if self.stage.traced:  # its span sink, before the servers that export to it
             spans.start(self)
         apps = self.stage.app_roles
+        begun = time.monotonic()
         for role in apps:  # `app`, and `app2` in a stage that scales out: logs app2.log
             servers = self.stage.commands(self.box.address(role), self.box.port(role),
                                           self.box.port("socketio"))
@@ -109,6 +112,7 @@ class Stack:
             self.wait_for_health(f"{self.box.url(role)}/healthz")
             if self.stage.socketio_server:
                 self.wait_for_health(f"{self.box.socketio_url(role)}/healthz")
+        self.servers_up_s = time.monotonic() - begun  # this box's start-up (crash.limit_for)
         if self.stage.front:
             socketio = [(self.box.address(r), self.box.port("socketio")) for r in apps
                         if self.stage.socketio_server]

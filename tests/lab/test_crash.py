@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -20,7 +21,9 @@ import pytest
 from conftest import ctrl_c, read_until
 from test_lab import leftovers, start_lab
 
-from benchmarks import stages
+from benchmarks import checks, stages
+from benchmarks.analysis import metrics
+from benchmarks.run import crash
 from benchmarks.run.stack import Stack
 from benchmarks.sandbox import procs
 
@@ -109,3 +112,38 @@ def test_down_names_the_first_server_that_exited_and_how(tmp_path):
         for proc in stack.procs.values():
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_the_recovery_limit_is_5_s_or_the_boxs_own_start_up_where_longer():
+    """The crash twins' checks allow 5 s, or as long as the lab took to start the
+    stage's servers on this box (a new worker imports the app as the first ones did):
+    the run's figure raises the threshold, never lowers it, and the check says which."""
+    assert crash.limit_for(None) == crash.limit_for(1.2) == checks.RECOVERY_LIMIT_S == 5
+    assert crash.limit_for(7.34) == 7.3
+    back = checks.HTTP_BACK
+    assert back.raised_by == "crash_recovery_limit_s" in crash.METRICS
+    quick, slow = {"crash_recovery_limit_s": 5.0}, {"crash_recovery_limit_s": 7.3}
+    assert back.expected() == back.expected(quick) == "crash_http_recovery_s <= 5"
+    assert back.expected(slow) == "crash_http_recovery_s <= 7.3"
+    assert not back.passes(5.78, metrics=quick) and back.passes(5.78, metrics=slow)
+    assert not back.passes(7.4, metrics=slow) and not back.passes(None, metrics=slow)
+    # evaluated as the lab does, from the stage's metrics
+    figures = {"requests": 10, "failures": 0, "crash_http_recovery_s": 5.78,
+               "crash_socketio_recovery_s": 4.0, "crash_acked_lost": 0,
+               "crash_recovery_limit_s": 7.3}
+    judged = {c["name"]: c for c in metrics.evaluate(stages.get("9k"), figures)}
+    assert judged["crash_http_recovery_s"]["passed"], judged
+    assert judged["crash_http_recovery_s"]["expected"] == "crash_http_recovery_s <= 7.3"
+
+
+def test_the_probe_refuses_a_limit_below_5_s_or_past_its_largest(tmp_path):
+    users = tmp_path / "users.json"
+    users.write_text("[]")
+    for limit in ("4", "121"):
+        result = subprocess.run(
+            [sys.executable, "-m", "benchmarks.run.crash", "http://127.0.0.1:9",
+             "--users-file", str(users), "--kill", "1", "--kill-after", "1", "--duration",
+             "3", "--limit", limit], cwd=stages.ROOT, capture_output=True, text=True,
+            timeout=60)
+        assert result.returncode == 2, result
+        assert "--limit must be 5 to 120 s" in result.stderr, result.stderr
