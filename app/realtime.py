@@ -35,10 +35,11 @@ from flask_socketio import SocketIO, join_room
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import chat_store, socket_guard
+from . import chat_store, inline_websocket, ping_timer, socket_guard
 from .errors import error_body, redis_unavailable
 from .redis_store import get_redis
 from .rooms import broadcast_message, room_name, room_or_abort, save_message
+from .settings import DEFAULTS
 from .tokens import TokenError, live_claims, socket_token
 from .validation import check_content, check_message_key, parse_id
 
@@ -239,5 +240,22 @@ def init_app(app: Flask) -> SocketIO:
     socketio.on_event("connect", on_connect)
     socketio.on_event("joinRoom", on_join_room)
     socketio.on_event("sendMessage", on_send_message)
+    fewer_greenlets(app, socketio)  # before the guard, which wraps the websocket class
     socket_guard.init_app(app, socketio)
     return socketio
+
+
+def fewer_greenlets(app: Flask, socketio: SocketIO) -> None:
+    """WEBSOCKET_READER=handler and ENGINEIO_PING=timer, in gevent mode (the only one they
+    were written and measured for; lab 16); in another, said once in the log."""
+    asked = [f"{name}={app.config[name]}" for name in ("WEBSOCKET_READER", "ENGINEIO_PING")
+             if app.config[name] != DEFAULTS[name]]
+    if asked and socketio.async_mode != "gevent":
+        app.logger.warning("%s: for gevent mode only; this process runs %r, so the "
+                           "libraries' own are used", ", ".join(asked), socketio.async_mode)
+        return
+    eio = socketio.server.eio
+    if app.config["WEBSOCKET_READER"] == "handler":
+        inline_websocket.install(eio)
+    if app.config["ENGINEIO_PING"] == "timer":
+        ping_timer.install(eio)

@@ -97,6 +97,12 @@ DEFAULTS = {
     # gc.set_threshold's three numbers ("": the running Python's own).
     "GC_FREEZE_EVERY": 0.0,
     "GC_THRESHOLDS": "",
+    # Greenlets a connected user holds in gevent mode (lab 16): "thread" is simple-websocket's
+    # reader greenlet beside the handler, "handler" the handler reading itself
+    # (app/inline_websocket.py); "task" is engineio's greenlet a ping, "timer" a timer of
+    # gevent's loop (app/ping_timer.py). Other modes keep the libraries' own.
+    "WEBSOCKET_READER": "thread",
+    "ENGINEIO_PING": "task",
     # Stage 7 ("the code itself", app/fast_path.py): each one of the profile's hot costs,
     # off by default so that every earlier stage keeps its behaviour.
     # The token check rides in each chat view's first (and mostly only) round trip to Redis.
@@ -124,6 +130,10 @@ JSON_PROVIDERS = ("stdlib", "orjson")
 
 TRANSPORTS = ("polling", "websocket")
 ASYNC_MODES = ("auto", "threading", "eventlet", "gevent")
+# what each choice is, for its error
+WEBSOCKET_READERS = {"thread": "simple-websocket's reader greenlet",
+                     "handler": "the connection's handler reads"}
+ENGINEIO_PINGS = {"task": "engineio's greenlet a ping", "timer": "a timer of gevent's loop"}
 
 _INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "IDEMPOTENCY_TTL", "PASSWORD_MIN_LENGTH",
          "MESSAGE_MAX_LENGTH", "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
@@ -171,9 +181,15 @@ def transports(value) -> list[str]:
 def check_async_mode(value) -> None:
     """SOCKETIO_ASYNC_MODE is one of ASYNC_MODES (app/realtime.py checks it against what
     the process runs)."""
-    if value not in ASYNC_MODES:
-        raise ConfigError(f"SOCKETIO_ASYNC_MODE (FLASK_SOCKETIO_ASYNC_MODE) must be one of "
-                          f"{', '.join(ASYNC_MODES)}, not {value!r}")
+    check_choice("SOCKETIO_ASYNC_MODE", value, ASYNC_MODES)
+
+
+def check_choice(name: str, value, choices) -> None:
+    """A setting that is one of `choices` (a dict: each with what it is, for the error)."""
+    if value not in choices:
+        listed = (", ".join(f"{c} ({what})" for c, what in choices.items())
+                  if isinstance(choices, dict) else ", ".join(choices))
+        raise ConfigError(f"{name} (FLASK_{name}) must be one of {listed}, not {value!r}")
 
 
 def off_or_number(name: str, value, unit: str) -> float:
@@ -245,6 +261,8 @@ def validate(config: dict, logger: logging.Logger) -> None:
     config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
     config["SOCKETIO_TRANSPORTS"] = transports(config.get("SOCKETIO_TRANSPORTS"))
     check_async_mode(config.get("SOCKETIO_ASYNC_MODE"))
+    check_choice("WEBSOCKET_READER", config.get("WEBSOCKET_READER"), WEBSOCKET_READERS)
+    check_choice("ENGINEIO_PING", config.get("ENGINEIO_PING"), ENGINEIO_PINGS)
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))

@@ -50,7 +50,7 @@ def _given(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-# Two settings of the server's environment, each with its reason:
+# The settings of the server's environment, each with its reason:
 raw_env = [
     # Every object alive moves out of the collector's reach when the app has
     # loaded and then every 5 s (app/gc_policy.py): a collection scans what the
@@ -63,6 +63,16 @@ raw_env = [
     # costs objects the collector walks and memory a user. Off, as gevent's
     # documentation offers (gevent.config.track_greenlet_tree).
     f"GEVENT_TRACK_GREENLET_TREE={_given('GEVENT_TRACK_GREENLET_TREE', 'false')}",
+    # A connected user held four greenlets, each waiting with a copy of its stack and
+    # its own Python frames, two of them only for the libraries' design:
+    # simple-websocket's reader, which receives for the connection's handler, and
+    # Engine.IO's ping, a greenlet that sleeps 25 s. Here the handler reads its websocket
+    # itself (app/inline_websocket.py) and the ping is a timer of gevent's loop
+    # (app/ping_timer.py): two greenlets a user, the handler and Engine.IO's writer,
+    # about 8 KiB of PSS a user less for each (`python -m benchmarks.studies.capacity`
+    # at 3,000 users; lab 16), with no more CPU a delivery.
+    f"FLASK_WEBSOCKET_READER={_given('FLASK_WEBSOCKET_READER', 'handler')}",
+    f"FLASK_ENGINEIO_PING={_given('FLASK_ENGINEIO_PING', 'timer')}",
 ]
 
 # gunicorn 25 and later open a control socket for gunicornc at one path for

@@ -106,6 +106,10 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"GC_THRESHOLDS": "700,10"}, "GC_THRESHOLDS"),
     ({"GC_THRESHOLDS": "0,10,10"}, "GC_THRESHOLDS"),
     ({"GC_THRESHOLDS": "a,b,c"}, "GC_THRESHOLDS"),
+    ({"WEBSOCKET_READER": "greenlet"}, "WEBSOCKET_READER.*thread .*, handler .*"),
+    ({"WEBSOCKET_READER": ""}, "WEBSOCKET_READER"),
+    ({"ENGINEIO_PING": "1"}, "ENGINEIO_PING.*task .*, timer .*"),
+    ({"ENGINEIO_PING": None}, "ENGINEIO_PING"),
 ])
 def test_bad_settings_fail_at_start_up(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -115,6 +119,15 @@ def test_bad_settings_fail_at_start_up(overrides, match):
 def test_async_mode_is_threading_when_nothing_is_patched():
     app = create_app({"SECRET_KEY": "k"})
     assert app.extensions["socketio"].async_mode == "threading"
+
+
+def test_the_greenlet_settings_are_said_to_be_for_gevent_only(caplog):
+    """WEBSOCKET_READER and ENGINEIO_PING change gevent mode alone (tests/app/
+    test_inline_websocket.py runs them); elsewhere the log says they are not used."""
+    with caplog.at_level(logging.WARNING):
+        create_app({"SECRET_KEY": "k", "WEBSOCKET_READER": "handler", "ENGINEIO_PING": "timer"})
+    assert ("WEBSOCKET_READER=handler, ENGINEIO_PING=timer: for gevent mode only; this "
+            "process runs 'threading'") in caplog.text
 
 
 def test_socketio_uses_the_redis_message_queue_by_default(redis_url, redis_client):

@@ -70,12 +70,14 @@ SETTINGS = {
                                                worker_connections=20000, keepalive=10),
     "gunicorn/gthread-realtime.conf.py": dict(worker_class="gthread", workers=1, threads=10500,
                                               worker_connections=20000, keepalive=10),
-    # stage 10: stage 9's server set to hold users (lab 16), its two settings of the
+    # stage 10: stage 9's server set to hold users (lab 16), its settings of the
     # environment as the file gives them where the environment does not
     "gunicorn/realtime.conf.py": dict(worker_class="gevent", workers=1, worker_connections=20000,
                                       keepalive=10, max_requests=0,
                                       raw_env=["FLASK_GC_FREEZE_EVERY=5",
-                                               "GEVENT_TRACK_GREENLET_TREE=false"]),
+                                               "GEVENT_TRACK_GREENLET_TREE=false",
+                                               "FLASK_WEBSOCKET_READER=handler",
+                                               "FLASK_ENGINEIO_PING=timer"]),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 # every file: no control socket at $HOME/.gunicorn/gunicorn.ctl, one path for every gunicorn
@@ -295,7 +297,8 @@ def test_stage_10t_turns_the_greenlet_tree_back_on_through_the_environment(tmp_p
     [(_, cmd, env, *_)] = gunicorn_servers(ten_t, calls, box)
     monkeypatch.setenv("GEVENT_TRACK_GREENLET_TREE", env["GEVENT_TRACK_GREENLET_TREE"])
     cfg = gunicorn_reads(cmd[1:], env, ["raw_env"], stages.CURRENT)
-    assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=true"]
+    assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=true",
+                              "FLASK_WEBSOCKET_READER=handler", "FLASK_ENGINEIO_PING=timer"]
 
 
 def test_every_gunicorn_file_is_a_stages():
