@@ -76,6 +76,7 @@ from benchmarks.servers import (  # the servers, re-exported: `stages.GUNICORN_T
     GUNICORN_SYNC,
     GUNICORN_SYNC_BACKLOG,
     GUNICORN_TODAY,
+    LIBRARY_GREENLETS,
     METRICS_ON,
     NGINX_SIZE,
     POLLING,
@@ -457,7 +458,7 @@ STAGES: tuple[Stage, ...] = (
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
     RUST_HTTP_SERVER,
     # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed;
-    # stage 10, the one set to hold users, and 10t, stage 10 with one setting as 9 has it
+    # stage 10, the one set to hold users; 10t and 10l, stage 10 with one setting as 9 has it
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of=base, set_name="realtime",
               title=title, socketio_server=server, env={**SPLIT, **env}, see=see)
       for key, slug, base, title, server, env, see in (
@@ -476,7 +477,11 @@ STAGES: tuple[Stage, ...] = (
            "more users"),
           ("10t", "realtime-tree-on", "10", "stage 10, gevent's greenlet tree on",
            GUNICORN_REALTIME, GREENLET_TREE, "stage 10 with gevent's greenlet tree tracked "
-           "again, as in stage 9: what that one setting costs a user"))),
+           "again, as in stage 9: what that one setting costs a user"),
+          ("10l", "realtime-library-greenlets", "10", "stage 10, the libraries' four "
+           "greenlets a user", GUNICORN_REALTIME, LIBRARY_GREENLETS, "stage 10 with "
+           "simple-websocket's reader and Engine.IO's ping task back, as in stage 9: what "
+           "two greenlets a user cost"))),
     # the watched set (`--stages watched`, lab 17): stage 9, an instrument on
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of="9", set_name="watched",
               title=f"stage 9, {what}", env={**SPLIT, **env},

@@ -45,8 +45,8 @@ _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
 
 def _given(name: str, default: str) -> str:
-    """The environment's value where it gives one (the lab's twin 10t turns the greenlet
-    tree back on), else this file's."""
+    """The environment's value where it gives one (the lab's twins 10t and 10l turn one
+    setting back as stage 9 has it), else this file's."""
     return os.environ.get(name, default)
 
 

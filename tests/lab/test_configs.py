@@ -301,6 +301,18 @@ def test_stage_10t_turns_the_greenlet_tree_back_on_through_the_environment(tmp_p
                               "FLASK_WEBSOCKET_READER=handler", "FLASK_ENGINEIO_PING=timer"]
 
 
+def test_stage_10l_brings_the_libraries_greenlets_back_through_the_environment(tmp_path,
+                                                                              monkeypatch):
+    ten_l = stages.get("10l")
+    box, calls = started(ten_l, tmp_path, monkeypatch)
+    [(_, cmd, env, *_)] = gunicorn_servers(ten_l, calls, box)
+    for name in stages.LIBRARY_GREENLETS:
+        monkeypatch.setenv(name, env[name])
+    cfg = gunicorn_reads(cmd[1:], env, ["raw_env"], stages.CURRENT)
+    assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=false",
+                              "FLASK_WEBSOCKET_READER=thread", "FLASK_ENGINEIO_PING=task"]
+
+
 def test_every_gunicorn_file_is_a_stages():
     used = {s.gunicorn_config for s in stages.STAGES} - {None}
     # not __pycache__: gunicorn writes one there when it loads a config (a lab run on a

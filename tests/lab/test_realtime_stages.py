@@ -59,12 +59,15 @@ def realtime_run(tmp_path_factory):
 def test_the_set_is_stage_9_and_twins_that_change_its_socketio_server_alone():
     """9e, 9t, 9a and 10 change stage 9's Socket.IO server; 10t is stage 10 with one
     setting of its environment back as stage 9 has it."""
-    assert [s.key for s in stages.select("realtime")] == ["9", "9e", "9t", "9a", "10", "10t"]
+    assert [s.key for s in stages.select("realtime")] == ["9", "9e", "9t", "9a", "10", "10t",
+                                                          "10l"]
     assert set(SERVED) == {s.key for s in RUN}
-    nine, ten, ten_t = stages.get("9"), stages.get("10"), stages.get("10t")
-    assert (ten_t.twin_of, ten_t.socketio_server) == ("10", ten.socketio_server)
-    assert ten_t.env == {**ten.env, **stages.GREENLET_TREE}
-    for twin in [t for t in TWINS if t.key != "10t"]:
+    nine, ten = stages.get("9"), stages.get("10")
+    for key, setting in (("10t", stages.GREENLET_TREE), ("10l", stages.LIBRARY_GREENLETS)):
+        twin = stages.get(key)
+        assert (twin.twin_of, twin.socketio_server) == ("10", ten.socketio_server)
+        assert twin.env == {**ten.env, **setting}
+    for twin in [t for t in TWINS if t.key not in ("10t", "10l")]:
         assert twin.twin_of == "9" and twin.socketio_server != nine.socketio_server
         assert (twin.server, twin.front, twin.sysctl, twin.users, twin.checks, twin.nginx,
                 twin.redis_mode) == (nine.server, nine.front, nine.sysctl, nine.users,
