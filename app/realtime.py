@@ -240,9 +240,31 @@ def init_app(app: Flask) -> SocketIO:
     socketio.on_event("connect", on_connect)
     socketio.on_event("joinRoom", on_join_room)
     socketio.on_event("sendMessage", on_send_message)
+    route_for_events(app)
     fewer_greenlets(app, socketio)  # before the guard, which wraps the websocket class
     socket_guard.init_app(app, socketio)
     return socketio
+
+
+def route_for_events(app: Flask) -> None:
+    """Rules for Socket.IO's path, so that an event's request context matches one.
+
+    Flask-SocketIO runs every event in a request context made from the connection's own
+    request (/socket.io/), and Flask matches its path against the URL map as the context
+    is pushed. With no rule for it, werkzeug raises NotFound (WebsocketMismatch for a
+    websocket, where only a rule for plain requests matches) and the context keeps it
+    (``request.routing_exception``), its traceback's frames holding the context: a
+    garbage cycle of about 30 objects for every event, left for the collector (which,
+    under GC_FREEZE_EVERY, could find it frozen with the live ones: app/gc_policy.py).
+    Engine.IO's middleware takes every /socket.io/ request before Flask's routing, so the
+    view is reached only without it, and answers 404 as before."""
+    for websocket in (False, True):  # Engine.IO's connect is a GET, either way
+        app.add_url_rule("/socket.io/", "socketio_path", _not_found, strict_slashes=False,
+                         websocket=websocket)
+
+
+def _not_found():
+    abort(404)
 
 
 def fewer_greenlets(app: Flask, socketio: SocketIO) -> None:

@@ -9,6 +9,7 @@ through Redis to the asyncio server.)
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 import pytest
 from conftest import SECRET, RealClient, asgi_process, stage_config
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
+from werkzeug.exceptions import HTTPException
 
 from app.tokens import TOKEN_SALT
 
@@ -256,3 +258,32 @@ def test_redis_outage_is_an_error_ack_then_recovers(make_app, private_redis, sid
             assert client.emit("joinRoom", {"roomId": 1}, callback=True)["error"] == "not_found"
         finally:
             client.disconnect()
+
+
+@pytest.mark.parametrize("headers", [{}, {"Upgrade": "websocket", "Connection": "Upgrade"}],
+                         ids=["polling", "websocket"])
+def test_an_event_leaves_no_routing_exception_behind(app, side, auth, headers):
+    """Flask-SocketIO pushes a request context for /socket.io/ on every event: a rule for the
+    path (app/realtime.py, route_for_events) leaves no NotFound in it, whose traceback would
+    make every event a garbage cycle (one a freeze could keep: app/gc_policy.py)."""
+    if side == "asyncio":
+        pytest.skip("Flask-SocketIO's request contexts only (the asyncio server pushes none)")
+    a, b = auth.user("ann"), auth.user("bob")
+    room = auth.friends(a, b)
+    client = app.extensions["socketio"].test_client(app, auth={"token": a.token},
+                                                    headers=headers)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for n in range(20):
+            assert "id" in client.emit("sendMessage", {"roomId": room, "content": f"m{n}"},
+                                       callback=True)
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, HTTPException)]
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+        client.disconnect()
+    assert left == [], left[:3]
