@@ -205,3 +205,31 @@ def test_without_the_settings_the_collector_is_as_python_has_it():
     found = policy_run()
     assert found["at_start"] == found["later"] == 0, found
     assert found["after"] == found["before"], found
+
+
+# A garbage cycle made after start-up, with the automatic collections held off (a first
+# threshold no allocation here reaches): only the policy's period can find it.
+CYCLE = """
+import gc, json, time, weakref
+from app import create_app
+create_app()
+class Node: pass
+node = Node(); node.self = node; ref = weakref.ref(node); del node
+dropped = ref() is not None
+time.sleep(0.7)
+print(json.dumps({"alive_when_dropped": dropped, "alive_after_freezes": ref() is not None,
+                  "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_a_cycle_dropped_before_a_freeze_is_collected_not_frozen():
+    """The freeze's period collects first (app/gc_policy.py): garbage is not frozen with
+    the live objects, where nothing would ever collect it."""
+    env = {**os.environ, "FLASK_SECRET_KEY": "k", "FLASK_GC_FREEZE_EVERY": "0.2",
+           "FLASK_GC_THRESHOLDS": "1000000,10,10"}
+    done = subprocess.run([sys.executable, "-c", CYCLE], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["alive_when_dropped"] and found["frozen"] > 10_000, found
+    assert not found["alive_after_freezes"], found
