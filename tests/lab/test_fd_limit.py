@@ -31,16 +31,18 @@ def test_limited_stage_is_stage_3_on_one_worker_under_prlimit():
     assert "-c gunicorn/eventlet.conf.py -w 1 " in cmd  # stage 3's file, one worker
     assert f"--worker-connections {fd_limit.WORKER_CONNECTIONS}" in cmd
     assert "-w" not in stages.get("3").server_command()  # registry untouched
+    assert stage.env["FLASK_REDIS_CONNECT_TIMEOUT"] == "5"  # Redis's wait is not the study's
 
 
 @pytest.mark.slow
 def test_256_descriptors_fail_and_4096_hold_them_all(tmp_path):
     out = tmp_path / "fd.json"
     started: list[int] = []
+    # --timeout 5, the study's default (3 once left an upgrade unanswered on a half-speed box)
     code, output = run_module(
         "benchmarks.studies.fd_limit", "--nofile", "256,4096", "--connections", "400",
-        "--hold", "2", "--timeout", "3", "--results", str(tmp_path / "results"), "--json", str(out),
-        timeout=55, pids=started)
+        "--hold", "2", "--timeout", "5", "--results", str(tmp_path / "results"), "--json", str(out),
+        timeout=70, pids=started)
     (pid,) = started
     assert code == 0, output[-3000:]
     low, high = json.loads(out.read_text())
