@@ -1,12 +1,10 @@
 """The lab's stages, defined once, as data.
 
-Everything else reads this module: the lab runner (`python -m benchmarks.lab`),
-`lab up`, the tests and the docs checks. The topology (a host per role, its
-address) is data here too. A stage says which server runs the app, how the
-app reaches Redis, what (if anything) stands in front, which sysctl profiles
-its connecting hosts get, which Locust users load it, and what the attendee
-should see, as checks with thresholds (benchmarks/checks.py: each with its reason,
-and how its metric reads).
+Everything else reads this module: the lab runner (`python -m benchmarks.lab`), `lab
+up`, the tests and the docs checks. The topology (a host per role, its address) is data
+here too. A stage says which server runs the app, how the app reaches Redis, what stands in
+front, which sysctl profiles its connecting hosts get, which Locust users load it, and what
+the attendee should see, as checks with thresholds (benchmarks/checks.py).
 """
 
 from __future__ import annotations
@@ -457,8 +455,7 @@ STAGES: tuple[Stage, ...] = (
           see="stage 7's code, served by the worker and settings measured best on gunicorn 27: "
               "one change class a step, 7 vs 5 the code, 8 vs 7 the server"),
     RUST_HTTP_SERVER,
-    # the realtime set (`--stages realtime`, lab 16): stage 9, its Socket.IO server changed;
-    # stage 10, the one set to hold users; 10t and 10l, stage 10 with one setting as 9 has it
+    # the realtime set (lab 16): 9's Socket.IO server changed; 10 set to hold users, 10t, 10l
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of=base, set_name="realtime",
               title=title, socketio_server=server, env={**SPLIT, **env}, see=see)
       for key, slug, base, title, server, env, see in (
@@ -478,10 +475,9 @@ STAGES: tuple[Stage, ...] = (
           ("10t", "realtime-tree-on", "10", "stage 10, gevent's greenlet tree on",
            GUNICORN_REALTIME, GREENLET_TREE, "stage 10 with gevent's greenlet tree tracked "
            "again, as in stage 9: what that one setting costs a user"),
-          ("10l", "realtime-library-greenlets", "10", "stage 10, the libraries' four "
-           "greenlets a user", GUNICORN_REALTIME, LIBRARY_GREENLETS, "stage 10 with "
-           "simple-websocket's reader and Engine.IO's ping task back, as in stage 9: what "
-           "two greenlets a user cost"))),
+          ("10l", "realtime-library-greenlets", "10", "stage 10, the libraries' four greenlets "
+           "a user", GUNICORN_REALTIME, LIBRARY_GREENLETS, "stage 10 with simple-websocket's "
+           "reader and Engine.IO's ping task back, as in stage 9: what they cost a user"))),
     # the watched set (`--stages watched`, lab 17): stage 9, an instrument on
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of="9", set_name="watched",
               title=f"stage 9, {what}", env={**SPLIT, **env},
