@@ -108,8 +108,9 @@ def kill_a_worker(pid: int, holder: int | None) -> int:
 def limit_for(servers_up_s: float | None) -> float:
     """The recovery's limit: RECOVERY_LIMIT_S, or the seconds the stage's servers took to
     start (Stack.servers_up_s) where that is longer: a new worker imports the app as the
-    first ones did, and on a slow or busy box that alone may take longer than 5 s."""
-    return max(RECOVERY_LIMIT_S, round(servers_up_s or 0.0, 1))
+    first ones did, and on a slow or busy box that alone may take longer than 5 s. At most
+    MAX_LIMIT_S, which the probe takes (an emulated box may start servers slower still)."""
+    return min(MAX_LIMIT_S, max(RECOVERY_LIMIT_S, round(servers_up_s or 0.0, 1)))
 
 
 def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
