@@ -12,8 +12,16 @@ of Python frames (about 8 KiB a waiting greenlet here; lab 16), plus the Event.
 Here the handler reads: ``wait()`` receives from the socket and parses with wsproto
 in the handler's greenlet, with simple-websocket's own event handling (the handshake,
 permessage-deflate as it negotiates it, close frames, answering the client's pings, the
-size check), so nothing a client sees changes. Sends go straight to the socket, as
-simple-websocket's do. No reader greenlet, no Event, no selector.
+size check), so nothing a client sees changes. No reader greenlet, no Event, no selector.
+
+Its writes never wait (``QueuedWrites``): every frame, the handler's pongs and close
+replies as well as Engine.IO's packets, goes to the kernel at once when nothing is
+waiting before it; what the kernel does not take (a client that reads slowly or not at
+all) waits, in order, for a greenlet that writes it while there is some. So neither a
+sender (a room's broadcast, gevent's loop running a ping timer) nor anyone else waits for
+a slow client. simple-websocket 1.1.0 writes a frame with one ``sock.send``, whose
+remainder gevent drops when the kernel takes part of it (``gevent._socketcommon.send``):
+under back-pressure its stream can lose bytes mid-frame; here none is lost.
 
 Installed per server (``install``), only in gevent mode: engineio picks its websocket
 class from ``server._async['websocket']``, and that module dict is every server's.
@@ -47,8 +55,68 @@ class _NoSignal:
 NO_READER, NO_SIGNAL = _NoReader(), _NoSignal()
 
 
+LINGER_S = 5.0  # what a closing websocket's last frames get to reach a slow client
+
+
+class QueuedWrites:
+    """A gevent socket whose ``send`` never waits: the bytes go to the kernel now when
+    none wait before them, else after them, written by a greenlet that lives while some
+    wait. A write's failure is raised by the next ``send``. ``recv``, ``close``: the
+    socket's."""
+
+    __slots__ = ("sock", "waiting", "writer", "failed")
+
+    def __init__(self, sock):
+        self.sock, self.waiting, self.writer, self.failed = sock, [], None, None
+
+    def send(self, data) -> int:
+        if self.failed is not None:
+            raise self.failed
+        size = len(data)
+        if self.writer is None:
+            try:
+                sent = self.sock.send(data, 0, timeout=0.0)  # gevent's: 0 waits for nothing
+            except BlockingIOError:
+                sent = 0
+            if sent == size:
+                return size
+            data = data[sent:]
+            from gevent import spawn  # here: the module loads where gevent is not installed
+            self.writer = spawn(self._write_waiting)
+        self.waiting.append(data)
+        return size
+
+    def _write_waiting(self) -> None:
+        try:
+            while self.waiting:
+                data = b"".join(self.waiting)
+                self.waiting.clear()
+                self.sock.sendall(data)  # this greenlet waits for the client, no one else
+        except OSError as e:
+            self.failed = e
+            self.waiting.clear()
+        finally:
+            self.writer = None
+
+    def recv(self, size: int) -> bytes:
+        return self.sock.recv(size)
+
+    def close(self) -> None:
+        """The socket closed once what waits is written, or LINGER_S later at most (a
+        client that stopped reading)."""
+        writer = self.writer
+        if writer is not None:
+            writer.join(timeout=LINGER_S)
+        self.sock.close()  # ends a writer still waiting (its sendall fails)
+
+
 class InlineServer(simple_websocket.Server):
-    """simple-websocket's server side, its reader's loop run by ``receive`` itself."""
+    """simple-websocket's server side, its reader's loop run by ``receive`` itself, its
+    writes never waiting (``QueuedWrites``, from the handshake's answer on)."""
+
+    def __init__(self, environ, **kwargs):
+        super().__init__(environ, **kwargs)
+        self.sock = QueuedWrites(self.sock)
 
     def receive(self, timeout=None):
         # simple_websocket.ws.Base._thread's loop without the ping (engineio passes no

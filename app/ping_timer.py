@@ -14,9 +14,7 @@ ping, Engine.IO's service task closes a socket whose client did not answer withi
 ``ping_timeout`` (``check_ping_timeout``), a closed socket is not pinged. The callback
 never blocks: it puts on the socket's queue, which has no bound.
 
-engineio makes its Socket in ``Server._handle_connect`` with no say in the class; the
-server's ``connect`` event is the first moment the socket is ours, before its first
-``schedule_ping``: there its class becomes ``TimerPingSocket`` (``install``).
+Installed on a server's sockets at their connect (``install``, app/engineio_socket.py).
 """
 
 from __future__ import annotations
@@ -24,10 +22,13 @@ from __future__ import annotations
 import time
 
 from engineio import packet
-from engineio.socket import Socket
+
+from . import engineio_socket
 
 
-class TimerPingSocket(Socket):
+class TimerPing:
+    """engineio Socket's ping on a timer (a mixin: app/engineio_socket.py)."""
+
     def schedule_ping(self):
         # engineio's schedule_ping, a loop timer in place of the task
         if self.last_ping:
@@ -44,12 +45,4 @@ class TimerPingSocket(Socket):
 
 def install(eio) -> None:
     """Every socket of this Engine.IO server pings on a timer, from its connect on."""
-    on_connect = eio.handlers["connect"]
-
-    def connect(sid, environ):
-        socket = eio.sockets.get(sid)
-        if type(socket) is Socket:
-            socket.__class__ = TimerPingSocket  # same fields: only the ping's methods differ
-        return on_connect(sid, environ)
-
-    eio.on("connect", connect)
+    engineio_socket.extend(eio, TimerPing)

@@ -35,7 +35,7 @@ from flask_socketio import SocketIO, join_room
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import chat_store, inline_websocket, ping_timer, socket_guard
+from . import chat_store, direct_writer, inline_websocket, ping_timer, socket_guard
 from .errors import error_body, redis_unavailable
 from .redis_store import get_redis
 from .rooms import broadcast_message, room_name, room_or_abort, save_message
@@ -268,9 +268,11 @@ def _not_found():
 
 
 def fewer_greenlets(app: Flask, socketio: SocketIO) -> None:
-    """WEBSOCKET_READER=handler and ENGINEIO_PING=timer, in gevent mode (the only one they
-    were written and measured for; lab 16); in another, said once in the log."""
-    asked = [f"{name}={app.config[name]}" for name in ("WEBSOCKET_READER", "ENGINEIO_PING")
+    """WEBSOCKET_READER=handler, ENGINEIO_PING=timer and ENGINEIO_WRITER=direct, in gevent
+    mode (the only one they were written and measured for; lab 16); in another, said once
+    in the log."""
+    asked = [f"{name}={app.config[name]}"
+             for name in ("WEBSOCKET_READER", "ENGINEIO_PING", "ENGINEIO_WRITER")
              if app.config[name] != DEFAULTS[name]]
     if asked and socketio.async_mode != "gevent":
         app.logger.warning("%s: for gevent mode only; this process runs %r, so the "
@@ -281,3 +283,5 @@ def fewer_greenlets(app: Flask, socketio: SocketIO) -> None:
         inline_websocket.install(eio)
     if app.config["ENGINEIO_PING"] == "timer":
         ping_timer.install(eio)
+    if app.config["ENGINEIO_WRITER"] == "direct":
+        direct_writer.install(eio)

@@ -100,9 +100,12 @@ DEFAULTS = {
     # Greenlets a connected user holds in gevent mode (lab 16): "thread" is simple-websocket's
     # reader greenlet beside the handler, "handler" the handler reading itself
     # (app/inline_websocket.py); "task" is engineio's greenlet a ping, "timer" a timer of
-    # gevent's loop (app/ping_timer.py). Other modes keep the libraries' own.
+    # gevent's loop (app/ping_timer.py); "task" is engineio's writer greenlet a websocket,
+    # "direct" its packets written by their senders (app/direct_writer.py; needs
+    # WEBSOCKET_READER=handler). Other modes keep the libraries' own.
     "WEBSOCKET_READER": "thread",
     "ENGINEIO_PING": "task",
+    "ENGINEIO_WRITER": "task",
     # Stage 7 ("the code itself", app/fast_path.py): each one of the profile's hot costs,
     # off by default so that every earlier stage keeps its behaviour.
     # The token check rides in each chat view's first (and mostly only) round trip to Redis.
@@ -134,6 +137,8 @@ ASYNC_MODES = ("auto", "threading", "eventlet", "gevent")
 WEBSOCKET_READERS = {"thread": "simple-websocket's reader greenlet",
                      "handler": "the connection's handler reads"}
 ENGINEIO_PINGS = {"task": "engineio's greenlet a ping", "timer": "a timer of gevent's loop"}
+ENGINEIO_WRITERS = {"task": "engineio's writer greenlet a websocket",
+                    "direct": "written by the senders; needs WEBSOCKET_READER=handler"}
 
 _INTS = ("REDIS_POOL_SIZE", "TOKEN_MAX_AGE", "IDEMPOTENCY_TTL", "PASSWORD_MIN_LENGTH",
          "MESSAGE_MAX_LENGTH", "ROOM_HISTORY_MAX", "KV_KEY_MAX_LENGTH", "MAX_CONTENT_LENGTH")
@@ -263,6 +268,10 @@ def validate(config: dict, logger: logging.Logger) -> None:
     check_async_mode(config.get("SOCKETIO_ASYNC_MODE"))
     check_choice("WEBSOCKET_READER", config.get("WEBSOCKET_READER"), WEBSOCKET_READERS)
     check_choice("ENGINEIO_PING", config.get("ENGINEIO_PING"), ENGINEIO_PINGS)
+    check_choice("ENGINEIO_WRITER", config.get("ENGINEIO_WRITER"), ENGINEIO_WRITERS)
+    if config["ENGINEIO_WRITER"] == "direct" and config["WEBSOCKET_READER"] != "handler":
+        raise ConfigError("ENGINEIO_WRITER=direct needs WEBSOCKET_READER=handler (its "
+                          "websocket's writes never wait: app/inline_websocket.py)")
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))

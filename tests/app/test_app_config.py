@@ -110,6 +110,8 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"WEBSOCKET_READER": ""}, "WEBSOCKET_READER"),
     ({"ENGINEIO_PING": "1"}, "ENGINEIO_PING.*task .*, timer .*"),
     ({"ENGINEIO_PING": None}, "ENGINEIO_PING"),
+    ({"ENGINEIO_WRITER": "inline"}, "ENGINEIO_WRITER.*task .*, direct .*"),
+    ({"ENGINEIO_WRITER": "direct"}, "ENGINEIO_WRITER=direct needs WEBSOCKET_READER=handler"),
 ])
 def test_bad_settings_fail_at_start_up(overrides, match):
     with pytest.raises(ConfigError, match=match):
