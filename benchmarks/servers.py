@@ -140,8 +140,9 @@ SPLIT = CODE_ITSELF
 # gunicorn/realtime.conf.py's off.
 GREENLET_TREE = {"GEVENT_TRACK_GREENLET_TREE": "true"}
 # Stage 10l: the libraries' own four greenlets a connected user (simple-websocket's
-# reader, Engine.IO's ping task), against gunicorn/realtime.conf.py's two.
-LIBRARY_GREENLETS = {"FLASK_WEBSOCKET_READER": "thread", "FLASK_ENGINEIO_PING": "task"}
+# reader, Engine.IO's ping task and writer), against gunicorn/realtime.conf.py's one.
+LIBRARY_GREENLETS = {"FLASK_WEBSOCKET_READER": "thread", "FLASK_ENGINEIO_PING": "task",
+                     "FLASK_ENGINEIO_WRITER": "task"}
 METRICS_ON = {"FLASK_METRICS": "1"}
 # Traces to the lab's span sink (the stage's `metrics` host: benchmarks/run/spans.py);
 # 10%: the ratio the instruments study picked (benchmarks/studies/instruments/variants.py)

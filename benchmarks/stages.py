@@ -470,7 +470,7 @@ STAGES: tuple[Stage, ...] = (
            "granian's ASGI interface: one event loop"),
           ("10", "realtime-tuned", "9", "stage 9's Socket.IO server tuned to hold users",
            GUNICORN_REALTIME, {}, "the same as stage 9 on gunicorn/realtime.conf.py: the "
-           "collector frozen, gevent's greenlet tree off, two greenlets a user; one core holds "
+           "collector frozen, gevent's greenlet tree off, one greenlet a user; one core holds "
            "more users"),
           ("10t", "realtime-tree-on", "10", "stage 10, gevent's greenlet tree on",
            GUNICORN_REALTIME, GREENLET_TREE, "stage 10 with gevent's greenlet tree tracked "

@@ -64,15 +64,20 @@ raw_env = [
     # documentation offers (gevent.config.track_greenlet_tree).
     f"GEVENT_TRACK_GREENLET_TREE={_given('GEVENT_TRACK_GREENLET_TREE', 'false')}",
     # A connected user held four greenlets, each waiting with a copy of its stack and
-    # its own Python frames, two of them only for the libraries' design:
-    # simple-websocket's reader, which receives for the connection's handler, and
-    # Engine.IO's ping, a greenlet that sleeps 25 s. Here the handler reads its websocket
-    # itself (app/inline_websocket.py) and the ping is a timer of gevent's loop
-    # (app/ping_timer.py): two greenlets a user, the handler and Engine.IO's writer,
-    # 17 KiB of PSS a user less for the two (1.34x with them: 10l against 10 at 5,000
-    # users, lab 16), their CPU a delivery no different that the study could tell.
+    # its own Python frames, three of them only for the libraries' design:
+    # simple-websocket's reader, which receives for the connection's handler; Engine.IO's
+    # ping, a greenlet that sleeps 25 s; and Engine.IO's writer, which waits on a queue
+    # for what to write. Here the handler reads its websocket itself
+    # (app/inline_websocket.py), the ping is a timer of gevent's loop (app/ping_timer.py),
+    # and a packet is written by whoever sends it (app/direct_writer.py), to a websocket
+    # whose writes never wait (a slow client's backlog gets a greenlet while it lasts):
+    # one greenlet a user. PSS a user (`python -m benchmarks.studies.capacity`, lab 16):
+    # about 8 KiB less for the reader, 8 for the ping, 11 for the writer and its queue
+    # (49.8 -> 38.2 KiB at 3,000 users, 49.3 -> 37.7 at 10,000), with no more CPU a
+    # delivery.
     f"FLASK_WEBSOCKET_READER={_given('FLASK_WEBSOCKET_READER', 'handler')}",
     f"FLASK_ENGINEIO_PING={_given('FLASK_ENGINEIO_PING', 'timer')}",
+    f"FLASK_ENGINEIO_WRITER={_given('FLASK_ENGINEIO_WRITER', 'direct')}",
 ]
 
 # gunicorn 25 and later open a control socket for gunicornc at one path for

@@ -77,7 +77,8 @@ SETTINGS = {
                                       raw_env=["FLASK_GC_FREEZE_EVERY=5",
                                                "GEVENT_TRACK_GREENLET_TREE=false",
                                                "FLASK_WEBSOCKET_READER=handler",
-                                               "FLASK_ENGINEIO_PING=timer"]),
+                                               "FLASK_ENGINEIO_PING=timer",
+                                               "FLASK_ENGINEIO_WRITER=direct"]),
 }
 TIMEOUTS = dict(timeout=30, graceful_timeout=30)
 # every file: no control socket at $HOME/.gunicorn/gunicorn.ctl, one path for every gunicorn
@@ -298,7 +299,8 @@ def test_stage_10t_turns_the_greenlet_tree_back_on_through_the_environment(tmp_p
     monkeypatch.setenv("GEVENT_TRACK_GREENLET_TREE", env["GEVENT_TRACK_GREENLET_TREE"])
     cfg = gunicorn_reads(cmd[1:], env, ["raw_env"], stages.CURRENT)
     assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=true",
-                              "FLASK_WEBSOCKET_READER=handler", "FLASK_ENGINEIO_PING=timer"]
+                              "FLASK_WEBSOCKET_READER=handler", "FLASK_ENGINEIO_PING=timer",
+                              "FLASK_ENGINEIO_WRITER=direct"]
 
 
 def test_stage_10l_brings_the_libraries_greenlets_back_through_the_environment(tmp_path,
