@@ -476,8 +476,8 @@ STAGES: tuple[Stage, ...] = (
            GUNICORN_REALTIME, GREENLET_TREE, "stage 10 with gevent's greenlet tree tracked "
            "again, as in stage 9: what that one setting costs a user"),
           ("10l", "realtime-library-greenlets", "10", "stage 10, the libraries' four greenlets "
-           "a user", GUNICORN_REALTIME, LIBRARY_GREENLETS, "stage 10 with simple-websocket's "
-           "reader and Engine.IO's ping task back, as in stage 9: what they cost a user"))),
+           "a user", GUNICORN_REALTIME, LIBRARY_GREENLETS, "stage 10 with the libraries' reader, "
+           "ping and writer greenlets back, as in stage 9: what they cost a user"))),
     # the watched set (`--stages watched`, lab 17): stage 9, an instrument on
     *(replace(RUST_HTTP_SERVER, key=key, slug=slug, twin_of="9", set_name="watched",
               title=f"stage 9, {what}", env={**SPLIT, **env},

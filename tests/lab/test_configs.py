@@ -312,7 +312,8 @@ def test_stage_10l_brings_the_libraries_greenlets_back_through_the_environment(t
         monkeypatch.setenv(name, env[name])
     cfg = gunicorn_reads(cmd[1:], env, ["raw_env"], stages.CURRENT)
     assert cfg["raw_env"] == ["FLASK_GC_FREEZE_EVERY=5", "GEVENT_TRACK_GREENLET_TREE=false",
-                              "FLASK_WEBSOCKET_READER=thread", "FLASK_ENGINEIO_PING=task"]
+                              "FLASK_WEBSOCKET_READER=thread", "FLASK_ENGINEIO_PING=task",
+                              "FLASK_ENGINEIO_WRITER=task"]
 
 
 def test_every_gunicorn_file_is_a_stages():
