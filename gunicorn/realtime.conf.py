@@ -71,10 +71,10 @@ raw_env = [
     # (app/inline_websocket.py), the ping is a timer of gevent's loop (app/ping_timer.py),
     # and a packet is written by whoever sends it (app/direct_writer.py), to a websocket
     # whose writes never wait (a slow client's backlog gets a greenlet while it lasts):
-    # one greenlet a user. PSS a user (`python -m benchmarks.studies.capacity`, lab 16):
-    # about 8 KiB less for the reader, 8 for the ping, 11 for the writer and its queue
-    # (49.8 -> 38.2 KiB at 3,000 users, 49.3 -> 37.7 at 10,000), with no more CPU a
-    # delivery.
+    # one greenlet a user. PSS a user at 5,000 users: 38.4 KiB, against 66.9 with the
+    # libraries' four (stage 10l; `python -m benchmarks.studies.capacity --stages
+    # 10,10t,10l --users 5000 --seconds 30 --repeats 3`, lab 16), with no more CPU a
+    # delivery that the study could tell.
     f"FLASK_WEBSOCKET_READER={_given('FLASK_WEBSOCKET_READER', 'handler')}",
     f"FLASK_ENGINEIO_PING={_given('FLASK_ENGINEIO_PING', 'timer')}",
     f"FLASK_ENGINEIO_WRITER={_given('FLASK_ENGINEIO_WRITER', 'direct')}",

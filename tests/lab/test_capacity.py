@@ -157,6 +157,19 @@ def test_collections_logged_during_a_step_are_its_pauses(tmp_path):
         "1,369,468 objects")
 
 
+def test_a_load_loop_late_within_the_servers_pause_is_the_pause_not_the_load():
+    """Stage 9 at 7,500 users: a 1,127 ms full collection, and the load's loop late by
+    142 ms on the flood that followed: the collection limited it. A loop late by more
+    than any pause is the load side's own."""
+    row = {**_row(), **verdict.pauses_row([(1127, 1_500_000)]), "log_signs": {},
+           "load_cpu_percent_max": 16.0, "load_lag_max_ms": 141.69}
+    assert verdict.limit(row, 250).startswith("garbage collection (a full collection paused "
+                                              "the real-time server 1127 ms")
+    row["load_lag_max_ms"] = 1500.0
+    assert verdict.limit(row, 250).startswith("the load side (a load process at 16.0% of a "
+                                              "core, its loop late by up to 1500.0 ms)")
+
+
 def _step(stage: str, repeat: int, users: int, p99: float, broke: bool) -> dict:
     return {"stage": stage, "repeat": repeat, "users": users, "broke": ["slow"] if broke else [],
             "limit": "unclear" if broke else None, "pss_kib_per_user": 70.0 + repeat,
