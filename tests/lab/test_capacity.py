@@ -228,7 +228,8 @@ def test_stage_10_runs_from_the_python_root_beside_the_venv(tmp_path):
     for row in rows:  # both measured alike: every user held, CPU and memory read
         assert row["connected"] == row["server_held"] == 20 and not row["broke"], row
         assert row["realtime_cpu_percent"] > 0 and row["pss_kib_per_user"] is not None, row
-    assert (run_dir / f"10realtime-tuned-py{rooted['python'].split()[1]}" / "repeat-1").is_dir()
+    ten = stages.get("10").dirname
+    assert (run_dir / f"{ten}-py{rooted['python'].split()[1]}" / "repeat-1").is_dir()
     mounted = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True,
                              text=True).stdout
     assert str(root) not in mounted
