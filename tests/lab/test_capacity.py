@@ -212,11 +212,14 @@ def test_stage_10_runs_from_the_python_root_beside_the_venv(tmp_path):
     root = python_root_folder()
     if python_root.problem(root):
         pytest.skip(f"no Python root: {python_root.problem(root)}")
+    pids: list[int] = []
     code, out = run_module(
         "benchmarks.studies.capacity", "--stages", "10", "--realtime-python", str(root),
         "--users", "20", "--room-size", "10", "--send-every", "2", "--seconds", "3",
-        "--grace", "3", "--objective-ms", "5000", "--results", str(tmp_path), timeout=400)
+        "--grace", "3", "--objective-ms", "5000", "--results", str(tmp_path), timeout=400,
+        pids=pids)
     assert code == 0, out
+    assert not hosts.owned_namespaces(pids[0]) + runner.started_by(pids[0])
     [run_dir] = tmp_path.glob("*-capacity")
     rows = json.loads((run_dir / "capacity.json").read_text())["rows"]
     by_label = {r["stage"]: r for r in rows}
