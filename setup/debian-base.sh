@@ -78,6 +78,29 @@ remove_tree() {
     rm -rf --one-file-system "$1"
 }
 
+# The command line of a tree cached by the hash of its inputs (setup/vm-disk.sh,
+# setup/python314-root.sh), each of which defines `folder CACHE` (where its tree goes),
+# `can_build` (its tools, in one line when missing) and `build FOLDER`:
+#   cached_tree MARKER CACHE    prints the folder, built unless FOLDER/MARKER is there
+#   cached_tree MARKER --key CACHE    prints the folder only
+cached_tree() {
+    marker=$1
+    shift
+    [ $# -ge 1 ] || { echo "usage: sh $0 [--key] CACHE" >&2; exit 2; }
+    if [ "$1" = --key ]; then
+        folder "$2"
+        exit 0
+    fi
+    out=$(folder "$1")
+    if [ -f "$out/$marker" ]; then
+        say "cached: $out (delete it to build it again)" >&2
+    else
+        can_build
+        build "$out" >&2
+    fi
+    echo "$out"
+}
+
 make_base() {
     command -v debootstrap >/dev/null || { say "no debootstrap: apt-get install debootstrap"; exit 1; }
     mirror=$(host_mirror)
@@ -98,7 +121,8 @@ make_base() {
 }
 
 if [ "${DEBIAN_BASE_FUNCTIONS:-}" = 1 ]; then
-    :  # sourced for its functions (setup/vm-disk.sh: the mirror, the apt config, remove_tree)
+    :  # sourced for its functions (setup/vm-disk.sh, setup/python314-root.sh: the mirror,
+       # the apt config, remove_tree, cached_tree)
 elif [ "${1:-}" = --name ]; then
     echo "$NAME"
 elif [ "${1:-}" != --force ] && podman image exists "$NAME"; then

@@ -10,6 +10,11 @@ library only: it runs on the Python that makes the venvs, before they exist.
 
 prints what that venv holds and the lock does not (a package an older requirements
 file asked for), for `make setup` to uninstall: plain pip adds, it never removes.
+
+    python3 setup/locks.py --subset requirements.lock requirements-app.txt gunicorn gevent
+
+prints the lock's entries for what a requirements file pins and the packages named,
+with everything they need (setup/python314-root.sh: the real-time server's packages).
 """
 
 from __future__ import annotations
@@ -49,19 +54,25 @@ def requested(path: Path) -> dict[str, str | None]:
 
 def entries(lock: Path) -> list[dict]:
     """A lock's packages, as it lists them: name, version, marker ("" for every
-    platform), how many hashes, and whether a requirements file asked for it (uv's
-    `# via -r FILE`)."""
+    platform), how many hashes, whether a requirements file asked for it (uv's
+    `# via -r FILE`), the packages that need it (uv's other `# via` names) and its
+    lines as the lock has them."""
     found: list[dict] = []
     for line in lock.read_text().splitlines():
         if line and not line[0].isspace() and not line.startswith("#"):
             m = _PIN.match(line)
             marker = line.partition(";")[2].rstrip(" \\").strip()
             found.append({"name": normalize(m[1]), "version": m[2], "marker": marker,
-                          "hashes": 0, "asked": False})
-        elif found and line.strip().startswith("--hash="):
+                          "hashes": 0, "asked": False, "via": set(), "lines": []})
+        if not found or (line.startswith("#") and not line[:1].isspace()):
+            continue  # the lock's header
+        found[-1]["lines"].append(line)
+        if line.strip().startswith("--hash="):
             found[-1]["hashes"] += 1
-        elif found and re.match(r"\s+#\s+(via\s+)?-r ", line):
+        elif re.match(r"\s+#\s+(via\s+)?-r ", line):
             found[-1]["asked"] = True
+        elif (via := re.match(r"\s+#\s+(?:via\s+)?([A-Za-z0-9][\w.-]*)\s*$", line)):
+            found[-1]["via"].add(normalize(via[1]))
     return found
 
 
@@ -95,6 +106,26 @@ def problems(lock: Path) -> list[str]:
     return said
 
 
+def subset(lock: Path, wanted: list[str]) -> str:
+    """The lock's entries (pins and hashes, as the lock has them) of the packages `wanted`
+    names and of every package they need, found through uv's `# via`: a requirements
+    file (what it pins) or a package name each. A venv for one server installs it with
+    --require-hashes: the lock's pins, and no more of them than that server imports."""
+    names = set()
+    for item in wanted:
+        names |= set(requested(Path(item))) if item.endswith(".txt") else {normalize(item)}
+    every = entries(lock)
+    unknown = names - {e["name"] for e in every}
+    if unknown:
+        raise SystemExit(f"setup: {lock.name} has no {', '.join(sorted(unknown))}")
+    while True:  # what the chosen need, until nothing more is
+        more = {e["name"] for e in every if e["via"] & names} - names
+        if not more:
+            break
+        names |= more
+    return "".join(f"{line}\n" for e in every if e["name"] in names for line in e["lines"])
+
+
 def leftovers(lock: Path) -> list[str]:
     """What the running Python's environment holds that `lock` does not."""
     have = locked(lock).keys() | VENV_OWN
@@ -103,6 +134,9 @@ def leftovers(lock: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--subset"]:
+        print(subset(Path(argv[1]), argv[2:]), end="")
+        return 0
     if argv[:1] == ["--leftovers"]:
         print("\n".join(leftovers(Path(argv[1]))))
         return 0

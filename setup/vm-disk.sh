@@ -85,17 +85,9 @@ build() {
     say "built $out ($(du -sh "$out/disk.raw" | cut -f 1) used of $SIZE)"
 }
 
-[ $# -ge 1 ] || { echo "usage: sh setup/vm-disk.sh [--key] CACHE" >&2; exit 2; }
-if [ "$1" = --key ]; then
-    folder "$2"
-    exit 0
-fi
-out=$(folder "$1")
-if [ -f "$out/disk.raw" ]; then
-    say "cached: $out (delete it to build it again)" >&2
-else
+can_build() {
     command -v debootstrap >/dev/null && command -v mkfs.ext4 >/dev/null ||
         { say "no debootstrap or mkfs.ext4: apt-get install debootstrap e2fsprogs" >&2; exit 1; }
-    build "$out" >&2
-fi
-echo "$out"
+}
+
+cached_tree disk.raw "$@"

@@ -69,6 +69,9 @@ class RunOptions:
     # --metrics: Prometheus on a host of its own, exporters beside Nginx and Redis, the
     # app's /metrics on (benchmarks/run/prometheus.py)
     metrics: bool = False
+    # a Python root its real-time server runs from, chrooted, in place of its venv
+    # (benchmarks/sandbox/python_root.py; the capacity study's --realtime-python)
+    python_root: Path | None = None
 
     def __post_init__(self):
         if not self.stages:

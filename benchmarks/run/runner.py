@@ -543,7 +543,7 @@ def running_stage(stage: Stage, opts: RunOptions):
     stage_dir.mkdir(parents=True, exist_ok=True)
     with sandbox.Sandbox(stage, opts.sandbox, opts.apply_host_sysctls, opts.placement,
                          client_hosts=opts.client_hosts, metrics=opts.metrics) as box:
-        stack = Stack(stage, box, stage_dir)
+        stack = Stack(stage, box, stage_dir, opts.python_root)
         try:
             stack.start()
             users_file = seed_stage_users(stack, 100)

@@ -16,7 +16,7 @@ from pathlib import Path
 from benchmarks.analysis import access_logs
 from benchmarks.run import prometheus, results, spans
 from benchmarks.run.cli import StageFailed, say
-from benchmarks.sandbox import nginx_conf, procs, sandbox
+from benchmarks.sandbox import nginx_conf, procs, python_root, sandbox
 from benchmarks.stages import ROOT, Stage
 
 
@@ -24,8 +24,10 @@ class Stack:
     """The stage's servers (Redis, the app, Nginx), each on its host, started in order,
     stopped in reverse."""
 
-    def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path):
+    def __init__(self, stage: Stage, box: sandbox.Sandbox, stage_dir: Path,
+                 python_root: Path | None = None):
         self.stage, self.box, self.dir = stage, box, stage_dir
+        self.python_root = python_root  # its real-time server's, if not its venv's
         self.procs: dict[str, subprocess.Popen] = {}
         self.roles: dict[str, str] = {}  # process name -> its host's role
         self.programs: dict[str, str] = {}  # process name -> its program (granian, nginx)
@@ -71,17 +73,19 @@ class Stack:
                                GUNICORN_CMD_ARGS=access_log, **self.stage.env, **watched)
 
     def _start(self, name: str, role: str, cmd: list[str], env: dict | None = None,
-               port: int | None = None, watcher: bool = False) -> None:
+               port: int | None = None, watcher: bool = False,
+               program: str | None = None) -> None:
         """Start `cmd` on `role`'s host as process `name` (its log `name`.log), and wait
         until its port (the host's own, or `port`) answers. A `watcher` (--metrics) is
-        kept apart from the stage's servers."""
+        kept apart from the stage's servers. `program`: what to call it, where `cmd`
+        starts with a wrapper (python_root's)."""
         proc = procs.start([*self.box.prefix(role), *cmd], log=self.dir / f"{name}.log",
                            env=env or procs.child_env(), cwd=ROOT)
         if watcher:
             self.watchers[name] = proc
         else:
             self.procs[name], self.roles[name] = proc, role
-        self.programs[name] = Path(cmd[0]).name
+        self.programs[name] = Path(program or cmd[0]).name
         try:
             procs.wait_for_port(port or self.box.port(role), host=self.box.address(role),
                                 proc=proc, timeout=30, netns=self.box.namespace(role))
@@ -103,11 +107,10 @@ class Stack:
             servers = self.stage.commands(self.box.address(role), self.box.port(role),
                                           self.box.port("socketio"))
             for server, cmd in servers.items():  # and app_socketio (.log) beside its app
-                exe = procs.tool(cmd[0], procs.environment_bin(
-                    self.stage.server_environment(server)))
                 self._start(socketio_name(role) if server == "socketio" else role, role,
-                            [exe, *cmd[1:]], self.app_env(role, server),
-                            self.box.port("socketio") if server == "socketio" else None)
+                            self._server_argv(server, cmd), self.app_env(role, server),
+                            self.box.port("socketio") if server == "socketio" else None,
+                            program=cmd[0])
         for role in apps:
             self.wait_for_health(f"{self.box.url(role)}/healthz")
             if self.stage.socketio_server:
@@ -128,6 +131,16 @@ class Stack:
             self._start("nginx", "proxy", nginx_conf.command(conf))
         if self.prometheus:
             self.prometheus.start()
+
+    def _server_argv(self, server: str, cmd: list[str]) -> list[str]:
+        """A server's command as started: its program from its environment's venv, or, with
+        a Python root, the real-time server's (the one that serves Socket.IO) chrooted in
+        that root with the stage's folder (its logs) bound in."""
+        realtime = "socketio" if self.stage.socketio_server else "http"
+        if self.python_root and server == realtime:
+            return python_root.command(self.python_root, cmd, [self.dir])
+        exe = procs.tool(cmd[0], procs.environment_bin(self.stage.server_environment(server)))
+        return [exe, *cmd[1:]]
 
     # How long a server may take to answer /healthz: QUIET_S while its processes sit idle
     # (a server that will not come up, an app answering 503), and while they keep working

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -169,7 +170,11 @@ def test_a_slow_collection_is_logged_when_asked():
             for ms in ("0.001", "0", "600000")}
     assert re.search(r"^gc: generation 2 took \d+ ms, \d+ objects tracked$", said["0.001"],
                      re.M), said["0.001"]
-    assert "gc:" not in said["0"] and "gc:" not in said["600000"], said
+    # first, the Python and the thresholds it collects with (the capacity study's label)
+    assert said["0.001"].startswith(f"gc: {platform.python_implementation()} "
+                                    f"{platform.python_version()}, thresholds ("), said
+    assert re.match(r"gc: .*, thresholds \(\d+, \d+, \d+\)\n", said["0.001"]), said
+    assert "gc:" not in said["0"] and "gc: generation" not in said["600000"], said
 
 
 # A process of its own, as a server is: the policy acts once a process, the first app made.

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import run_module
 
 from benchmarks import stages
 from benchmarks.run import runner
-from benchmarks.sandbox import hosts
+from benchmarks.sandbox import hosts, python_root
 from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
 
 ROOT = stages.ROOT
@@ -37,7 +39,11 @@ ROOM = 10
     (["--users", "200,100"], "rising counts"),
     (["--room-size", "1"], "--room-size"),
     (["--seconds", "0"], "--seconds must be above 0"),
-], ids=["unknown-stage", "no-front", "falling-steps", "room-of-one", "no-traffic"])
+    (["--stages", "10", "--realtime-python", "tests"],
+     "tests is not a finished Python root (no /opt/venv/.installed in it): make one with "
+     "`sh setup/python314-root.sh results/python-roots`"),
+], ids=["unknown-stage", "no-front", "falling-steps", "room-of-one", "no-traffic",
+        "no-python-root"])
 def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
     code, out = run_module("benchmarks.studies.capacity", *args, "--results", str(tmp_path),
                            timeout=60)
@@ -189,3 +195,57 @@ def test_the_paired_steps_are_one_family_and_the_report_says_how_many(tmp_path):
     assert "- **10**: 2,500 users held in 3 of 3 repeats, 5,000 users held in 3 of 3" in text
     assert ("1 step tested, significant when p < 0.05" in text), text  # only p99 pairs
     assert "- 10 / 9, delivery p99 at 2,500 users: 0.15x [" in text, text
+
+
+def test_a_stage_from_a_python_root_is_labelled_and_compared_with_itself():
+    """--realtime-python: the row says the Python its server said (`10 py3.14.8`), and is
+    compared with the same stage on the venv's Python, not with stage 9."""
+    ten = stages.get("10")
+    assert fanout.label(ten, 1, "3.14.8") == "10 py3.14.8"
+    assert fanout.label(ten, 3, "3.14.8") == "10 py3.14.8 x3"
+    assert report.reference_of("10 py3.14.8", {"9", "10", "10 py3.14.8"}) == "10"
+    assert report.reference_of("10 py3.14.8", {"9", "10 py3.14.8"}) is None
+
+
+def python_root_folder() -> Path:
+    """The root setup/python314-root.sh makes for this checkout (its folder, built or not)."""
+    said = subprocess.run(["sh", "setup/python314-root.sh", "--key", "results/python-roots"],
+                          cwd=ROOT, text=True, capture_output=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    return ROOT / said.stdout.strip()
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_stage_10_runs_from_the_python_root_beside_the_venv(tmp_path):
+    """The real-time server chrooted in Debian forky's python3.14 root, measured as the
+    venv's: a row each, each with the Python its server said; nothing left running or
+    mounted. Skipped without the root (`sh setup/python314-root.sh results/python-roots`:
+    about 50 s)."""
+    root = python_root_folder()
+    if python_root.problem(root):
+        pytest.skip(f"no Python root: {python_root.problem(root)}")
+    pids: list[int] = []
+    code, out = run_module(
+        "benchmarks.studies.capacity", "--stages", "10", "--realtime-python", str(root),
+        "--users", "20", "--room-size", "10", "--send-every", "2", "--seconds", "3",
+        "--grace", "3", "--objective-ms", "5000", "--results", str(tmp_path), timeout=400,
+        pids=pids)
+    assert code == 0, out
+    assert not hosts.owned_namespaces(pids[0]) + runner.started_by(pids[0])
+    [run_dir] = tmp_path.glob("*-capacity")
+    rows = json.loads((run_dir / "capacity.json").read_text())["rows"]
+    by_label = {r["stage"]: r for r in rows}
+    [rooted] = [r for r in rows if r["stage"].startswith("10 py3.14.")]
+    assert set(by_label) == {"10", rooted["stage"]}, out
+    assert rooted["python"] == f"CPython {rooted['stage'].split(' py')[1]}"
+    assert rooted["gc_thresholds"] == "(2000, 10, 10)"  # 3.14's own: the stage sets none
+    assert by_label["10"]["python"] == f"CPython {platform.python_version()}"
+    for row in rows:  # both measured alike: every user held, CPU and memory read
+        assert row["connected"] == row["server_held"] == 20 and not row["broke"], row
+        assert row["realtime_cpu_percent"] > 0 and row["pss_kib_per_user"] is not None, row
+    ten = stages.get("10").dirname
+    assert (run_dir / f"{ten}-py{rooted['python'].split()[1]}" / "repeat-1").is_dir()
+    mounted = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True,
+                             text=True).stdout
+    assert str(root) not in mounted

@@ -54,6 +54,24 @@ def test_every_locked_package_carries_a_hash(lock):
     assert lock.read_text().count("--hash=sha256:") >= len(starts)
 
 
+def test_a_servers_part_of_the_lock_keeps_its_pins_hashes_and_what_they_need(tmp_path):
+    """`locks.py --subset` (setup/python314-root.sh's venv): what a requirements file pins
+    and the packages named, with every package they need, each as the lock has it."""
+    lock = ROOT / "requirements.lock"
+    part = tmp_path / "server.lock"
+    part.write_text(locks.subset(lock, [str(ROOT / "requirements-app.txt"), "gunicorn",
+                                        "gevent"]))
+    found = {e["name"]: e for e in locks.entries(part)}
+    assert {"flask", "python-socketio", "gunicorn", "gevent", "greenlet", "zope-event",
+            "zope-interface", "werkzeug", "markupsafe"} <= set(found)
+    assert not set(found) & {"locust", "scipy", "granian", "pytest", "pandas"}
+    whole = {(e["name"], e["version"]): e for e in locks.entries(lock)}
+    for e in locks.entries(part):
+        assert e["lines"] == whole[e["name"], e["version"]]["lines"] and e["hashes"]
+    with pytest.raises(SystemExit, match="has no no-such-package"):
+        locks.subset(lock, ["no-such-package"])
+
+
 def copy_of_the_locked_files(into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     for path in (*ROOT.glob("requirements*"), ROOT / "Makefile"):

@@ -44,9 +44,12 @@ def with_processes(stage: Stage, n: int) -> Stage:
     return dataclasses.replace(stage, **{field: tuple(cmd)})
 
 
-def label(stage: Stage, n: int) -> str:
-    """`9a`, or `9a x3` for its variant on three processes."""
-    return stage.key if n == 1 else f"{stage.key} x{n}"
+def label(stage: Stage, n: int, python: str | None = None) -> str:
+    """`9a`, or `9a x3` for its variant on three processes; with `python`, the version
+    of a Python root's its server said it runs (the study's --realtime-python): `10
+    py3.14.8`, `10 py3.14.8 x3`."""
+    key = f"{stage.key} py{python}" if python else stage.key
+    return key if n == 1 else f"{key} x{n}"
 
 
 def listener_share(stacks: Path) -> float | None:

@@ -91,6 +91,10 @@ def stage_line(stage: str, repeats: dict[int, list[dict]]) -> str:
     if left:
         said += (f"; once its users had left, its PSS stayed {', '.join(map(str, left))} MiB "
                  f"above its rest")
+    ran = {(r.get("python"), r.get("gc_thresholds")) for steps in repeats.values()
+           for r in steps if r.get("python")}
+    for python, thresholds in sorted(ran):  # as its server said it (app/gc_log.py)
+        said += f"; its server ran {python}, collector thresholds {thresholds}"
     return said
 
 
@@ -105,10 +109,14 @@ def ran_steps(repeats: dict[int, list[dict]]) -> dict[int, list[dict]]:
 
 
 def reference_of(stage: str, present) -> str | None:
-    """What `stage` is compared with: its twin's base where the run has it (10t: 10), else
-    stage 9 (REFERENCE); None for the reference itself and the fan-out variants."""
+    """What `stage` is compared with: the same stage on the repository's Python for one
+    from a Python root (`10 py3.14.8`: 10), its twin's base where the run has it (10t:
+    10), else stage 9 (REFERENCE); None for the reference itself and the fan-out variants."""
     if stage == REFERENCE or " x" in stage:
         return None
+    if " py" in stage:
+        own = stage.split(" py")[0]
+        return own if own in present else None
     base = stages.BY_KEY[stage].twin_of if stage in stages.BY_KEY else None
     return base if base in present else REFERENCE if REFERENCE in present else None
 

@@ -162,6 +162,20 @@ def log_signs(stack: Stack) -> dict[str, int]:
 GC_LINE = re.compile(r"^gc: generation (\d) took (\d+) ms, (\d+) objects tracked$", re.M)
 
 
+# app/gc_log.py's first line: the Python that runs the real-time server, its thresholds
+STARTED_LINE = re.compile(r"^gc: (\w+ \S+), thresholds (\(.*\))$", re.M)
+
+
+def python(stack: Stack) -> dict[str, str | None]:
+    """The real-time server's Python and its collector's thresholds, as the server said
+    them as it started (its log's first app/gc_log.py line); None where it said none."""
+    for log in realtime_logs(stack):
+        m = STARTED_LINE.search(log.read_text(errors="replace")) if log.exists() else None
+        if m:
+            return {"python": m[1], "gc_thresholds": m[2]}
+    return {"python": None, "gc_thresholds": None}
+
+
 def realtime_logs(stack: Stack) -> list[Path]:
     return [stack.dir / f"{realtime_name(stack, r)}.log" for r in stack.stage.app_roles]
 

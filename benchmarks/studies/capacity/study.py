@@ -2,7 +2,7 @@
 
     python -m benchmarks.studies.capacity [--stages 9,9e,9t,9a] [--users 1000,2000,4000,7000,10000]
         [--room-size 10] [--send-every 60] [--seconds 30] [--objective-ms 250]
-        [--repeats 1] [--load-processes 1] [--client-hosts 1]
+        [--repeats 1] [--load-processes 1] [--client-hosts 1] [--realtime-python ROOT]
 
 For each stage (one with a Socket.IO server: stage 9 and its `realtime` twins), each
 repeat: the stage up on its hosts (as `lab up`), the study's users seeded in rooms of
@@ -18,6 +18,12 @@ objective (verdict.py) ends the stage: "holds N users; at M: what broke; limited
 Writes results/<stamp>-capacity/: capacity.csv (a row per stage, repeat and step),
 capacity.json (the rows and each stage's verdict), and per step an HdrHistogram log
 (`<stage>/repeat-R/step-N.hlog`: delivery, ack and connect latencies in µs, tagged).
+
+With --realtime-python ROOT, each stage runs a second time with its real-time server from
+that Python root (setup/python314-root.sh: Debian forky's python3.14), chrooted
+(benchmarks/sandbox/python_root.py) and measured as the other: a row labelled with the
+Python the server says it runs (`10 py3.14.8`), compared with the same stage on the
+repository's venv. Every row has the server's Python and its collector's thresholds.
 
 The load side shows it is not the limit: each load process's CPU, memory and event-loop
 lag are in every row, and a step whose load was saturated says so as its limit.
@@ -39,7 +45,7 @@ from benchmarks import latency_log, stages
 from benchmarks.profile import record
 from benchmarks.run import cli, limits, options, results, runner
 from benchmarks.run.cli import StageFailed, say
-from benchmarks.sandbox import procs
+from benchmarks.sandbox import procs, python_root
 from benchmarks.studies.capacity import clients, fanout, plots, report, servers, verdict
 
 CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
@@ -152,19 +158,29 @@ def measured_stage(stage, processes: int):
     return fanout.with_processes(wide, processes)
 
 
-def run_stage(base, processes: int, opts, args, run_dir: Path, repeat: int) -> list[dict]:
-    stage, name = measured_stage(base, processes), fanout.label(base, processes)
-    out = run_dir / (base.dirname + ("" if processes == 1 else f"-x{processes}")) / \
-        f"repeat-{repeat}"
-    out.mkdir(parents=True)
-    with runner.running_stage(stage, opts) as (box, stack, _users):
-        say(f"stage {name} {stage.slug}, repeat {repeat}: up ({box.describe()}); "
-            f"seeding {args.users[-1]} users in rooms of {args.room_size}")
+def run_stage(base, processes: int, root: Path | None, opts, args, run_dir: Path,
+              repeat: int) -> list[dict]:
+    """One repeat of `base` on `processes` processes, from the Python root `root` (None:
+    the repository's venv); its rows, labelled with the Python its server said it runs
+    where it ran from a root."""
+    stage, rooted = measured_stage(base, processes), dataclasses.replace(opts, python_root=root)
+    with runner.running_stage(stage, rooted) as (box, stack, _users):
+        python = servers.python(stack)
+        version = python["python"].split()[-1] if root and python["python"] else None
+        if root and not version:
+            raise StageFailed(f"the real-time server from {root} did not say its Python "
+                              f"(app/gc_log.py's first line); see {stack.dir}")
+        name = fanout.label(base, processes, version)
+        out = run_dir / (base.dirname + (f"-py{version}" if version else "")
+                         + ("" if processes == 1 else f"-x{processes}")) / f"repeat-{repeat}"
+        out.mkdir(parents=True)
+        say(f"stage {name} {stage.slug}, repeat {repeat}: up ({box.describe()}; "
+            f"{python['python']}); seeding {args.users[-1]} users in rooms of {args.room_size}")
         users_file = seed(stack, args.users[-1], args.room_size)
         cpus = len(box.placement.cpus(["redis"])["redis"])  # the server roles' CPU set
         rows = run_steps(stage, stack, users_file, args, out, cpus)
     for row in rows:
-        row.update({"stage": name, "processes": processes, "repeat": repeat})
+        row.update({"stage": name, "processes": processes, "repeat": repeat, **python})
     say(verdict.summary(name, rows))
     return rows
 
@@ -205,6 +221,8 @@ def check_args(args) -> None:
         raise options.OptionsError("--grace >= 0, --repeats and --load-processes >= 1")
     if not args.processes or min(args.processes) < 1 or max(args.processes) > 8:
         raise options.OptionsError("--processes: counts from 1 to 8, comma-separated (1,2,3)")
+    if args.realtime_python and (said := python_root.problem(args.realtime_python)):
+        raise options.OptionsError(f"--realtime-python: {said}")
     # a descriptor a websocket in the real-time server (all of them on one process) and
     # in the load process that holds it; NOFILE_OWN for each one's own files
     short = limits.check_nofile(args.users[-1] + NOFILE_OWN,
@@ -228,14 +246,16 @@ def run(args) -> int:
     runner.refuse_if_up(opts.results)
     run_dir = results.new_run(opts.results, suffix="capacity")
     rows, verdicts = [], {}
+    roots = [None, args.realtime_python] if args.realtime_python else [None]
     for repeat in range(1, args.repeats + 1):
         for stage in chosen:  # interleaved, as the lab's repeats are
             for n in args.processes:
-                found = run_stage(stage, n, opts, args, run_dir, repeat)
-                rows += found
-                name = fanout.label(stage, n)
-                verdicts.setdefault(name, []).append(verdict.summary(name, found))
-                write(run_dir, rows, verdicts, args.objective_ms)
+                for root in roots:
+                    found = run_stage(stage, n, root, opts, args, run_dir, repeat)
+                    rows += found
+                    name = found[0]["stage"] if found else fanout.label(stage, n)
+                    verdicts.setdefault(name, []).append(verdict.summary(name, found))
+                    write(run_dir, rows, verdicts, args.objective_ms)
     say("")
     for said in verdicts.values():
         for n, words in enumerate(said, 1):
@@ -271,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=cli.int_list(1, "--processes"), default=[1],
                    help="the fan-out: each stage with its real-time server on each of these "
                         "process counts (1,2,3); default 1")
+    p.add_argument("--realtime-python", type=Path, metavar="ROOT",
+                   help="each stage a second time, its real-time server run from this Python "
+                        "root (chrooted; `sh setup/python314-root.sh` makes Debian forky's "
+                        "python3.14 one and prints its folder): a row labelled with the "
+                        "Python the server says it runs (`10 py3.14.8`) beside the venv's")
     p.add_argument("--deflate", action="store_true",
                    help="the load offers permessage-deflate, as browsers do: whether the "
                         "server accepts it, and what a compression context costs a user")
