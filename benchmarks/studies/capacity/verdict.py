@@ -10,8 +10,9 @@ What limited it is read from the failing step's own figures, the first that appl
 the load side (a load process's CPU over 90% of a core, or its event loop late, even
 once, by half the objective and by more than the server's longest collection: such a
 pause alone breaks the objective); a limit a server's log names (Nginx's
-"worker_connections are not enough", "Too many open files": servers.SIGNS); garbage collection (a collection of the real-time server's
-that paused it for half the objective or more, app/gc_log.py's lines); the server's
+"worker_connections are not enough", "Too many open files": servers.SIGNS); garbage
+collection (a collection of the real-time server's that paused it for half the
+objective or more, app/gc_log.py's lines); the server's
 CPU (the server roles together over 90% of their CPU set's time); descriptors (the
 real-time server within 5% of its `nofile`); the box's threads (the real-time server's
 at 80% of kernel.pid_max or threads-max, which every process's threads share); memory
