@@ -116,7 +116,8 @@ def started(stage: stages.Stage, stage_dir: Path, monkeypatch) -> tuple[Box, dic
     server it would start."""
     calls = {}
     monkeypatch.setattr(runner.Stack, "_start", lambda self, name, role, cmd, env=None,
-                        port=None, watcher=False: calls.__setitem__(name, (role, cmd, env)))
+                        port=None, watcher=False, program=None:
+                        calls.__setitem__(name, (role, cmd, env)))
     monkeypatch.setattr(runner.Stack, "wait_for_health", lambda self, url: None)
     box = Box(stage)
     runner.Stack(stage, box, stage_dir).start()
