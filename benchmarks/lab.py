@@ -98,7 +98,7 @@ def run_and_report(opts: options.RunOptions, run_dir: Path) -> tuple[list[dict],
                 f"report: python -m benchmarks.analysis.report {results.rel(run_dir)})")
         raise
     if done:
-        report.write(run_dir)
+        report.write(run_dir, plots=opts.plots)
         say("")
         say(report.summary_table(run_dir))
         say(report.sources_line(run_dir))
@@ -432,6 +432,10 @@ def add_run_arguments(run: argparse.ArgumentParser, defaults: options.RunOptions
     run.add_argument("--no-screenshots", dest="screenshots", action="store_false",
                      help="skip each stage's picture of the Sockets tab (sockets-tab.png, "
                           "a few seconds of headless Chromium after the stage)")
+    run.add_argument("--no-plots", dest="plots", action="store_false",
+                     help="a report without its plots (plots/*.png: matplotlib, several "
+                          "seconds of CPU); python -m benchmarks.analysis.report RUN_DIR "
+                          "draws them later")
     add_metrics(run)
     run.add_argument("--no-profile", dest="profile", action="store_false",
                      help="skip py-spy on the app server while measured (profile.svg and "

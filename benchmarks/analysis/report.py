@@ -332,8 +332,13 @@ def header(run_dir: Path, info: dict) -> list[str]:
     ]
 
 
-def write(run_dir: Path) -> None:
-    """summary.csv, report.md and plots/*.png in run_dir."""
+NOT_DRAWN = ("Not drawn (`--no-plots`): `python -m benchmarks.analysis.report {run}` "
+             "draws them.\n")
+
+
+def write(run_dir: Path, plots: bool = True) -> None:
+    """summary.csv, report.md and (unless `plots` is False: `lab run --no-plots`)
+    plots/*.png in run_dir."""
     run_dir = Path(run_dir)
     table = rows(run_dir)
     with open(run_dir / results.SUMMARY_CSV, "w", newline="") as f:
@@ -371,7 +376,7 @@ def write(run_dir: Path) -> None:
         "Drawn by `benchmarks/analysis/plots.py` from the same files; "
         "`notebooks/lab-analysis.ipynb` shows them again beside the data.",
         "",
-        plots_section(run_dir),
+        plots_section(run_dir) if plots else NOT_DRAWN.format(run=results.rel(run_dir)),
         "## Checks",
         "",
         checks_section(run_dir),

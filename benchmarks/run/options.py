@@ -56,6 +56,7 @@ class RunOptions:
     client_cpus: str | None = None  # CPU set of the client (default: the others)
     app_cpus: str | None = None  # a CPU set per app host, `2-3/4-5` (default: the server's)
     screenshots: bool = False  # the Sockets tab of each stage (`lab run`'s default)
+    plots: bool = True  # the report's plots/*.png (--no-plots: about 10 s of CPU a 19-stage run)
     client_hosts: int = 1  # load hosts: with 2, Locust's master and a worker on each
     repeats: int = 1  # runs of every stage, interleaved (0,1,2,0,1,2...)
     profile: bool = True  # py-spy on the app server while measured (benchmarks/profile/)
@@ -218,7 +219,8 @@ def from_args(args) -> RunOptions:
         apply_host_sysctls=args.apply_host_sysctls, results=Path(args.results),
         strict=args.strict, server_cpus=args.server_cpus, client_cpus=args.client_cpus,
         app_cpus=args.app_cpus,
-        screenshots=args.screenshots, client_hosts=args.client_hosts,
+        screenshots=args.screenshots, plots=getattr(args, "plots", True),
+        client_hosts=args.client_hosts,
         repeats=getattr(args, "repeats", 1), profile=args.profile,
         slo=objectives(getattr(args, "slo", None)),
         arrival_rate=getattr(args, "arrival_rate", None),

@@ -70,7 +70,7 @@ def test_a_rate_out_of_range_is_refused_before_anything_starts(tmp_path):
 @pytest.mark.slow
 def test_an_open_model_stage_keeps_its_schedule_and_times_from_the_intended_start(tmp_path):
     rate, seconds = 40, 4
-    result = lab("run", "--stages", "2", "--duration", str(seconds), "--warmup", "1",
+    result = lab("run", "--no-plots", "--stages", "2", "--duration", str(seconds), "--warmup", "1",
                  "--arrival-rate", str(rate), "--no-screenshots", "--no-profile",
                  "--results", str(tmp_path), timeout=120)
     out = result.stdout + result.stderr

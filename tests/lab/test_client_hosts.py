@@ -23,7 +23,7 @@ def test_two_client_hosts_run_locusts_distributed_mode(tmp_path):
     `--app-hosts 2` stage 5's Nginx sends requests to both app hosts, each on the CPU
     set `--app-cpus` gave it. The workers cannot see the results folder, as on other
     machines: what they count reaches the master in Locust's messages."""
-    result = lab("run", "--stages", "5", "--client-hosts", "2", "--app-hosts", "2",
+    result = lab("run", "--no-plots", "--stages", "5", "--client-hosts", "2", "--app-hosts", "2",
                  "--app-cpus", "1/0", "--duration", "5", "--warmup", "1", "--users", "20",
                  "--no-screenshots", "--results", str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -66,7 +66,7 @@ def test_lab_run_says_which_environment_is_missing(tmp_path):
             "e = stages.ENVIRONMENTS['eventlet']; "
             "stages.ENVIRONMENTS['eventlet'] = dataclasses.replace(e, venv='.venv-not-made'); "
             "sys.exit(lab.main(sys.argv[1:]))")
-    done = subprocess.run([sys.executable, "-c", code, "run", "--stages", "3t,3",
+    done = subprocess.run([sys.executable, "-c", code, "run", "--no-plots", "--stages", "3t,3",
                            "--results", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -129,8 +129,8 @@ def full_run(tmp_path_factory):
     jobs beside it (load average 5.5); 5 s cost the suite about 70 s of CPU."""
     out = tmp_path_factory.mktemp("lab-results")
     proc = lab("run", "--stages", FULL_SPEC, "--duration", "3", "--warmup", "1", "--users", "50",
-               "--spawn-rate", "50", "--no-screenshots", "--floor", "--floor-seconds", "0.1",
-               "--results", str(out), timeout=900)
+               "--spawn-rate", "50", "--no-screenshots", "--no-plots", "--floor", "--floor-seconds",
+               "0.1", "--results", str(out), timeout=900)
     run_dir = (out / "latest").resolve()
     (out / "lab-output.txt").write_text(proc.stdout + proc.stderr)
     return {"proc": proc, "run_dir": run_dir, "results": out}

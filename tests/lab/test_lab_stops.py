@@ -125,7 +125,7 @@ def test_ctrl_c_in_a_later_repeat_keeps_the_finished_ones_and_says_so(tmp_path):
     than Nginx does (test_lab.py's full run has 5k itself)."""
     results_dir = tmp_path / "results"
     burst = f"--chat-burst-every {stages.get('5k').burst_every:g}"
-    proc = start_lab("run", "--stages", "5", "--repeats", "3", "--duration", "4",
+    proc = start_lab("run", "--no-plots", "--stages", "5", "--repeats", "3", "--duration", "4",
                      "--warmup", "2", "--no-screenshots", "--locust-args", burst,
                      "--results", str(results_dir))
     try:
@@ -215,7 +215,7 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
     before = hosts.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
     result = lab("run", "--sandbox", "host", "--stages", "4", "--duration", "3", "--warmup",
-                 "1", "--users", "10", "--no-screenshots", "--results", str(tmp_path),
+                 "--no-plots", "1", "--users", "10", "--no-screenshots", "--results", str(tmp_path),
                  timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "host sysctls NOT applied" in result.stdout

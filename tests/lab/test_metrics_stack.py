@@ -35,8 +35,8 @@ def metrics_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("metrics-results")
     started = time.monotonic()
     proc = lab("run", "--stages", STAGE.key, "--metrics", "--duration", "3", "--warmup", "0",
-               "--users", "20", "--no-profile", "--no-screenshots", "--results", str(out),
-               timeout=300)
+               "--users", "20", "--no-profile", "--no-screenshots", "--no-plots",
+               "--results", str(out), timeout=300)
     (out / "lab-output.txt").write_text(proc.stdout + proc.stderr)
     return {"proc": proc, "dir": (out / "latest").resolve() / STAGE.dirname,
             "seconds": time.monotonic() - started}

@@ -108,7 +108,7 @@ def test_a_busy_box_without_py_spy_is_said_and_flagged_and_the_run_passes(tmp_pa
     assert subprocess.run(["which", "py-spy"], env=env).returncode != 0
     with busy_loop(60):
         run = subprocess.run([str(python), "-m", "benchmarks.lab", "run", "--stages", "2",
-                              "--duration", "3", "--warmup", "1", "--no-screenshots",
+                              "--no-plots", "--duration", "3", "--warmup", "1", "--no-screenshots",
                               "--results", str(tmp_path / "results")],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]

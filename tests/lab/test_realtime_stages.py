@@ -48,7 +48,7 @@ def realtime_run(tmp_path_factory):
     run takes its stages; the results folder, and how long the run took."""
     out = tmp_path_factory.mktemp("realtime-results")
     started = time.monotonic()
-    proc = lab("run", "--stages", ",".join(s.key for s in RUN), "--duration", "3",
+    proc = lab("run", "--no-plots", "--stages", ",".join(s.key for s in RUN), "--duration", "3",
                "--warmup", "1", "--users", "50", "--no-screenshots", "--results", str(out),
                timeout=600)
     (out / "lab-output.txt").write_text(proc.stdout + proc.stderr)

@@ -231,7 +231,7 @@ def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
     report says how many steps it tested (RPS, p95, p99, CPU: 4) and adjusts their p
     together (Holm's method)."""
     with_repeats(run_copy, {"1": (300.0, 330.0, 310.0), "2": pool})
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     text = (run_copy / "report.md").read_text()
     assert verdict in text.splitlines(), text[text.index("Steps, RPS"):]
     assert "4 steps tested; each p adjusted for the 4 by Holm's method" in text
@@ -240,7 +240,7 @@ def test_the_report_judges_a_step_by_its_paired_test(run_copy, pool, verdict):
 
 def test_one_repeat_says_its_steps_are_not_tested(run_copy):
     keep_only(run_copy, {"1", "2"})
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     assert "One repeat: no step between stages is tested" in (
         run_copy / "report.md").read_text()
 
@@ -259,7 +259,7 @@ def test_repeats_give_intervals_and_say_which_steps_are_noise(run_copy):
     checks = results.read_json(failing / results.CHECKS_JSON)
     results.write_json(failing / results.CHECKS_JSON, [{**checks[0], "passed": False},
                                                        *checks[1:]])
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     _, rows = read_summary(run_copy)
     first = rows[0]
     # the geometric mean, the values' own sd, the interval on the log scale
@@ -304,7 +304,7 @@ def test_each_step_gives_its_tail_beside_its_rate(run_copy):
         root = results.repeat_dir(run_copy, k)
         write_hlog(results.stage_dir(root, stages.get("5")), scale)
         write_hlog(results.stage_dir(root, stages.get("8")), 0.7 * scale)
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     text = (run_copy / "report.md").read_text()
     lines = text.splitlines()
     for label in ("p95", "p99", "ack p95"):
@@ -324,7 +324,7 @@ def test_each_step_gives_its_tail_beside_its_rate(run_copy):
     for k in (1, 2, 3):
         folder = results.stage_dir(results.repeat_dir(run_copy, k), stages.get("5"))
         (folder / results.LATENCY_HLOG).unlink()
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     text = (run_copy / "report.md").read_text()
     assert ("from Locust, 10 ms buckets to 1 s, 100 ms to 10 s (each run's `locust.json`) in "
             "stage(s) 5") in text
@@ -355,7 +355,7 @@ def test_no_interval_in_a_report_crosses_zero(run_copy):
                                    "redis_cpu_ms": 0.1 * x, "wall_ms": x}
                                for t in types} for x in noisy]}
     results.write_json(run_copy / results.FLOOR_JSON, floor_data)
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
     text = (run_copy / "report.md").read_text()
     found = [(float(a.replace(",", "")), float(b.replace(",", "")))
              for a, b in INTERVAL.findall(text)]
@@ -393,11 +393,15 @@ def test_a_stage_that_failed_to_run_is_named(run_copy):
     info = json.loads((run_copy / "run.json").read_text())
     info["stages"]["3"] = {"dir": "03-eventlet-keepalive", "error": "app did not start: boom"}
     (run_copy / "run.json").write_text(json.dumps(info))
-    report.write(run_copy)
+    report.write(run_copy, plots=False)
 
     _, rows = read_summary(run_copy)
     assert [r["stage"] for r in rows] == ["02-connection-pool"]
-    assert "app did not start: boom" in (run_copy / "report.md").read_text()
+    text = (run_copy / "report.md").read_text()
+    assert "app did not start: boom" in text
+    # plots=False (`lab run --no-plots`): none drawn, and the report says how to draw them
+    assert not (run_copy / "plots").exists()
+    assert "Not drawn (`--no-plots`): `python -m benchmarks.analysis.report " in text
 
 
 def test_main_regenerates(run_copy, capsys):

@@ -41,7 +41,7 @@ def test_a_malformed_objective_stops_the_run_before_anything_starts(tmp_path):
     assert list(tmp_path.iterdir()) == [] and leftovers(result.pid) == []
 
 
-SHORT = ("run", "--stages", "0", "--duration", "2", "--warmup", "1", "--users", "5",
+SHORT = ("run", "--no-plots", "--stages", "0", "--duration", "2", "--warmup", "1", "--users", "5",
          "--no-screenshots", "--no-profile")
 
 

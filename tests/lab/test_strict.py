@@ -72,7 +72,7 @@ def test_the_report_shows_a_left_out_check_and_leaves_it_out_of_the_count(tmp_pa
 
 def test_an_unknown_check_name_is_refused_before_anything_starts(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.lab", "run", "--stages", "0",
-                           "--leave-out-checks", "tw_overflow,tw_front_per_reqest",
+                           "--no-plots", "--leave-out-checks", "tw_overflow,tw_front_per_reqest",
                            "--results", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -14,7 +14,7 @@ def test_a_target_in_the_lab_range_is_refused_from_the_machines_network(tmp_path
     # from the root namespace 198.18.0.0/15 is routed by the default route, out of the box
     assert hosts.current_lab_namespace() is None
     code, out = run_module("benchmarks.lab", "run", "--target", target, "--duration", "1",
-                           "--results", str(tmp_path / "results"), timeout=60)
+                           "--no-plots", "--results", str(tmp_path / "results"), timeout=60)
     assert code == 2, out
     assert "lab's range 198.18.0.0/15" in out and "lab exec --" in out, out
     assert f"--target {target}" in out.splitlines()[-1], out
@@ -40,7 +40,7 @@ def test_a_target_run_has_its_own_folder_and_leaves_latest_alone(tmp_path, redis
     full = results.new_run(base)  # a full run made before: latest points at it
     with gunicorn(redis_url, tmp_path, ["-w", "1"]) as url:
         code, out = run_module("benchmarks.lab", "run", "--target", url, "--duration", "2",
-                               "--users", "2", "--user-classes", "KeyValueUser",
+                               "--no-plots", "--users", "2", "--user-classes", "KeyValueUser",
                                "--slo", "p99<60s,failures<1%", "--results", str(base),
                                timeout=120)
     assert code == 0, out
