@@ -101,6 +101,9 @@ RULES = [
     Rule(r"python -c \"from pathlib import Path; from benchmarks.sandbox import nginx_conf; ", RUN,
          "renders a stage's Nginx config into a folder under /tmp"),
     Rule(r"make ", PARSE, "setup installs packages; test, lab and book run for minutes"),
+    Rule(r"sh setup/python314-root\.sh results/python-roots$", PARSE,
+         "debootstraps a root of Debian forky (a minute, the mirror): test_capacity's "
+         "rooted run uses the one it makes"),
     Rule(r"sh setup/ready-lab\.sh [\w,]+ \d+$", PARSE,
          "a short strict lab (make lab ... LAB_ARGS=--strict): a minute of load"),
     # servers and load

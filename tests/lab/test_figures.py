@@ -151,6 +151,7 @@ CAPACITY_RUNS = ROOT / "docs" / "capacity-runs.md"
     ("main", CAPACITY_RUNS, True), ("first", CAPACITY_RUNS, True),
     ("fanout", CAPACITY_RUNS, True), ("goal", CAPACITY_RUNS, True),
     ("deflate", CAPACITY_RUNS, True),
+    ("python-3.14", CAPACITY_RUNS, True),  # stage 10's server on 3.14 beside 3.11
 ])
 def test_lab_16s_tables_are_the_capacity_captures_own(part, page, table):
     """Each capture's report (notebooks/capacity-run/PART/report.md, written by the study)
@@ -271,3 +272,15 @@ def test_lab_16s_prose_figures_are_the_main_captures():
     assert f"already paused {span('gc_pause_max_ms', '9', 2500)} ms" in lab
     assert f"longest pause there {span('gc_pause_max_ms', '10', 10000)} ms" in lab
     assert f"at {span('server_cpu_percent_of_set', '10', 10000)}% of their one core" in lab
+
+
+def test_lab_16s_python_314_ratio_is_its_captures():
+    """The memory a user on 3.14 against 3.11 that lab 16 quotes, as the capture's own
+    paired step (notebooks/capacity-run/python-3.14/report.md) gives it, held in every
+    repeat."""
+    report = (CAPACITY / "python-3.14" / "report.md").read_text()
+    ratio = re.search(r"/ 10, memory a user at 10,000 users: (\S+x) ", report)[1]
+    [rooted] = [line for line in report.splitlines() if line.startswith("- **10 py3.14")]
+    assert "10,000 users held in 3 of 3 repeats" in rooted
+    lab = " ".join(LAB_16.read_text().split())
+    assert f"held 10,000 users in 3 of 3 repeats, at {ratio} the memory a user of 3.11" in lab
