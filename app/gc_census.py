@@ -5,8 +5,9 @@ sessions, its websocket, its greenlet, the queues and timers it holds. The capac
 (`python -m benchmarks.studies.capacity --census`) asks the real-time server for a census
 at rest and at the end of each step, and divides the difference by the users.
 
-With GC_CENSUS_DIR set (an existing directory, absolute path), a gevent worker answers
-SIGUSR2 with a file there, ``census-<pid>-<n>.json`` (written whole, then renamed):
+With GC_CENSUS_DIR set (a directory, as an absolute path: made if missing), a gevent
+worker answers SIGUSR2 with a file there, ``census-<pid>-<n>.json`` (written whole, then
+renamed):
 
     {"pid", "seconds", "collected", "tracked", "frozen_before", "frozen_after",
      "untracked", "greenlet_stacks", "rss_kib_before", "rss_kib_after",
@@ -70,6 +71,7 @@ def write(directory: Path) -> Path:
     """A census of this process, as census-<pid>-<n>.json in `directory`."""
     found = census()
     _taken[0] += 1
+    directory.mkdir(exist_ok=True)  # here: whoever gave the folder may have emptied it
     path = directory / f"census-{os.getpid()}-{_taken[0]}.json"
     partial = path.with_suffix(".part")
     partial.write_text(json.dumps(found) + "\n")

@@ -98,9 +98,9 @@ DEFAULTS = {
     # gc.set_threshold's three numbers ("": the running Python's own).
     "GC_FREEZE_EVERY": 0.0,
     "GC_THRESHOLDS": "",
-    # A directory (absolute path) where a gevent worker writes a census of its objects by
-    # type each time it receives SIGUSR2 (app/gc_census.py; the capacity study's
-    # --census); "": none. Off by default: a census walks every object, a pause.
+    # A directory (absolute path; made if missing) where a gevent worker writes a census of
+    # its objects by type each time it receives SIGUSR2 (app/gc_census.py; the capacity
+    # study's --census); "": none. Off by default: a census walks every object, a pause.
     "GC_CENSUS_DIR": "",
     # Greenlets a connected user holds in gevent mode (lab 16): "thread" is simple-websocket's
     # reader greenlet beside the handler, "handler" the handler reading itself
@@ -216,15 +216,18 @@ def off_or_number(name: str, value, unit: str) -> float:
 
 
 def census_dir(value) -> str:
-    """GC_CENSUS_DIR: "" (off) or an existing directory this process can write, as an
-    absolute path (app/gc_census.py)."""
+    """GC_CENSUS_DIR: "" (off) or, as an absolute path, a directory this process can
+    write, or one to make in such a directory (app/gc_census.py makes it)."""
     if value in ("", None):
         return ""
-    if not (isinstance(value, str) and os.path.isabs(value) and os.path.isdir(value)
-            and os.access(value, os.W_OK | os.X_OK)):
+    made = isinstance(value, str) and os.path.isabs(value) and os.path.isdir(value)
+    where = value if made else os.path.dirname(str(value))
+    if not (isinstance(value, str) and os.path.isabs(value)
+            and (made or not os.path.exists(value)) and os.path.isdir(where)
+            and os.access(where, os.W_OK | os.X_OK)):
         raise ConfigError(f"GC_CENSUS_DIR (FLASK_GC_CENSUS_DIR) must be empty (off) or the "
-                          f"absolute path of a directory this process can write, not "
-                          f"{value!r}")
+                          f"absolute path of a directory this process can write (or make), "
+                          f"not {value!r}")
     return value
 
 

@@ -108,7 +108,8 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"GC_THRESHOLDS": "0,10,10"}, "GC_THRESHOLDS"),
     ({"GC_THRESHOLDS": "a,b,c"}, "GC_THRESHOLDS"),
     ({"GC_CENSUS_DIR": "census"}, "GC_CENSUS_DIR.*absolute path of a directory"),
-    ({"GC_CENSUS_DIR": "/nonexistent/census"}, "GC_CENSUS_DIR"),
+    ({"GC_CENSUS_DIR": str(ROOT / "README.md" / "census")}, "GC_CENSUS_DIR"),  # no folder
+    ({"GC_CENSUS_DIR": str(ROOT / "README.md")}, "GC_CENSUS_DIR"),  # a file
     ({"GC_CENSUS_DIR": 5}, "GC_CENSUS_DIR"),
     ({"WEBSOCKET_READER": "greenlet"}, "WEBSOCKET_READER.*thread .*, handler .*"),
     ({"WEBSOCKET_READER": ""}, "WEBSOCKET_READER"),

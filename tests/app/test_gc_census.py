@@ -34,16 +34,15 @@ def connected(url: str, token: str) -> list[RealClient]:
 
 
 def test_a_census_counts_an_engineio_session_a_connected_user(redis_url, tmp_path):
-    folder = tmp_path / "census"
-    folder.mkdir()
+    inbox, kept = tmp_path / "census", tmp_path / "kept"  # the server makes its folder
     with gunicorn_process(redis_url, tmp_path, ["-c", stages.get("10").gunicorn_config],
-                          env={"FLASK_GC_CENSUS_DIR": str(folder)}) as (url, proc):
+                          env={"FLASK_GC_CENSUS_DIR": str(inbox)}) as (url, proc):
         workers = census.workers([proc.pid])
         assert len(workers) == 1, workers  # stage 10: one worker
-        at_rest = census.take(workers, folder)
+        at_rest = census.take(workers, inbox, kept)
         clients = connected(url, mint_token(redis_url, "test", "census"))
         try:
-            held = census.take(workers, folder)
+            held = census.take(workers, inbox, kept)
         finally:
             for c in clients:
                 c.disconnect()
@@ -55,7 +54,8 @@ def test_a_census_counts_an_engineio_session_a_connected_user(redis_url, tmp_pat
     share = census.per_user(at_rest, held, USERS)
     assert share["census_objects_per_user"] > share["census_tracked_per_user"] > 10, share
     assert share["census_bytes_per_user"] > 1000, share
-    for path in folder.glob("*.json"):  # the frozen heap counted, and frozen again
+    assert len(list(kept.glob("*.json"))) == 2 and not list(inbox.iterdir())
+    for path in kept.glob("*.json"):  # the frozen heap counted, and frozen again
         raw = json.loads(path.read_text())
         assert raw["frozen_before"] > 10_000, raw["frozen_before"]  # the app, at start
         assert raw["tracked"] >= raw["frozen_before"]
