@@ -11,7 +11,7 @@ renamed):
 
     {"pid", "seconds", "collected", "tracked", "frozen_before", "frozen_after",
      "untracked", "greenlet_stacks", "rss_kib_before", "rss_kib_after",
-     "types": {type name: [objects, bytes]}}
+     "types": {type name: [objects, bytes]}, "greenlets": {what it runs (state): count}}
 
 Counted: every object the cyclic collector tracks (``gc.get_objects()``, frozen ones too:
 see `census`), and the untracked objects they hold (strings, bytes, numbers, and the
@@ -115,7 +115,7 @@ def tally(objects: list) -> dict:
     their greenlets saved."""
     kinds: dict[type, list[int]] = {}
     seen: set[int] = set()  # ids of the untracked objects counted: many hold the same one
-    untracked, stacks = 0, 0
+    untracked, stacks, greenlets = 0, 0, {}
     greenlet = getattr(sys.modules.get("greenlet"), "greenlet", ())
     is_tracked, referents = gc.is_tracked, gc.get_referents
 
@@ -130,6 +130,8 @@ def tally(objects: list) -> dict:
         add(obj)
         if greenlet and isinstance(obj, greenlet):
             stacks += getattr(obj, "_stack_saved", 0)
+            label = greenlet_label(obj)
+            greenlets[label] = greenlets.get(label, 0) + 1
         held = [r for r in referents(obj) if not is_tracked(r)]
         while held:  # an untracked tuple or dict holds untracked objects only
             item = held.pop()
@@ -143,7 +145,20 @@ def tally(objects: list) -> dict:
         entry = named.setdefault(type_name(kind), [0, 0])
         entry[0] += count
         entry[1] += size
-    return {"untracked": untracked, "greenlet_stacks": stacks, "types": named}
+    return {"untracked": untracked, "greenlet_stacks": stacks, "types": named,
+            "greenlets": greenlets}
+
+
+def greenlet_label(g) -> str:
+    """What a greenlet runs and its state: `_handle_and_close_when_done (alive)`; a dead
+    one by its type (gevent drops its function when it ends)."""
+    if g.dead:
+        return f"{type_name(type(g))} (dead)"
+    run = getattr(g, "_run", None) or getattr(g, "run", None)  # gevent's: _run
+    if run is None:  # a thread's main greenlet runs no function of its own
+        return "main greenlet (alive)"
+    name = getattr(run, "__qualname__", None) or type_name(type(run))
+    return f"{name} ({'alive' if g else 'not started'})"
 
 
 def type_name(kind: type) -> str:

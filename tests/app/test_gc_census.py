@@ -25,6 +25,11 @@ def sockets(found: dict) -> int:
     return sum(count for name, (count, _) in found["types"].items() if SOCKET.fullmatch(name))
 
 
+def waiting(found: dict) -> int:
+    """Greenlets alive (started, not ended)."""
+    return sum(n for label, n in found["greenlets"].items() if label.endswith("(alive)"))
+
+
 def connected(url: str, token: str) -> list[RealClient]:
     with ThreadPoolExecutor(8) as pool:
         clients = list(pool.map(lambda _: RealClient(url, auth={"token": token}),
@@ -51,6 +56,9 @@ def test_a_census_counts_an_engineio_session_a_connected_user(redis_url, tmp_pat
         assert [p.pid for p in census.workers([proc.pid])] == [workers[0].pid]
     assert sockets(at_rest) == 0, at_rest["types"]
     assert 0.9 <= (sockets(held) - sockets(at_rest)) / USERS <= 1.2
+    # stage 10's one greenlet a user (gunicorn/realtime.conf.py), its stack saved
+    assert 0.9 <= (waiting(held) - waiting(at_rest)) / USERS <= 1.2, held["greenlets"]
+    assert held["greenlet_stacks"] - at_rest["greenlet_stacks"] > USERS * 1000
     share = census.per_user(at_rest, held, USERS)
     assert share["census_objects_per_user"] > share["census_tracked_per_user"] > 10, share
     assert share["census_bytes_per_user"] > 1000, share

@@ -28,6 +28,7 @@ from benchmarks.servers import worker_class
 from benchmarks.studies.capacity import servers
 
 TOP = 10  # types a step's row keeps, by objects a user
+TOP_GREENLETS = 5  # and kinds of greenlets, by greenlets a user
 WAIT_S = 300  # a census of a million objects takes seconds; on a busy box, more
 
 
@@ -82,7 +83,7 @@ def take(processes: list[psutil.Process], inbox: Path, keep: Path) -> dict:
 
 
 def summed(found: list[dict]) -> dict:
-    total = {"seconds": max(c["seconds"] for c in found), "types": {}}
+    total = {"seconds": max(c["seconds"] for c in found), "types": {}, "greenlets": {}}
     for name in ("tracked", "untracked", "greenlet_stacks"):
         total[name] = sum(c[name] for c in found)
     for c in found:
@@ -90,6 +91,8 @@ def summed(found: list[dict]) -> dict:
             entry = total["types"].setdefault(kind, [0, 0])
             entry[0] += count
             entry[1] += size
+        for label, count in c["greenlets"].items():
+            total["greenlets"][label] = total["greenlets"].get(label, 0) + count
     return total
 
 
@@ -101,7 +104,7 @@ def totals(found: dict) -> tuple[int, int]:
 
 def per_user(rest: dict, step: dict, users: int) -> dict:
     """A step's row fields: objects and bytes a user, in all and for the TOP types by
-    objects a user; the census's pause."""
+    objects a user; greenlets a user by what they run; the census's pause."""
     if not users:
         return {}
 
@@ -112,6 +115,8 @@ def per_user(rest: dict, step: dict, users: int) -> dict:
                     share(size, rest["types"].get(kind, [0, 0])[1])]
              for kind, (count, size) in step["types"].items()}
     top = sorted(grown.items(), key=lambda kv: -kv[1][0])[:TOP]
+    greenlets = {label: share(count, rest["greenlets"].get(label, 0))
+                 for label, count in step["greenlets"].items()}
     (objects, size), (objects_then, size_then) = totals(step), totals(rest)
     return {"census_objects_per_user": share(objects, objects_then),
             "census_bytes_per_user": share(size, size_then),
@@ -119,4 +124,6 @@ def per_user(rest: dict, step: dict, users: int) -> dict:
             "census_stack_bytes_per_user": share(step["greenlet_stacks"],
                                                  rest["greenlet_stacks"]),
             "census_types": [[kind, *figures] for kind, figures in top],
+            "census_greenlets": sorted(([label, n] for label, n in greenlets.items() if n > 0),
+                                       key=lambda item: -item[1])[:TOP_GREENLETS],
             "census_seconds": step["seconds"]}

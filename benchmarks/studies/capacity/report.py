@@ -203,32 +203,39 @@ def census_rows(repeats: dict[int, list[dict]]) -> tuple[int, list[dict]] | None
     return max(common), common[max(common)]
 
 
+def listed_means(rs: list[dict], field: str) -> list[tuple[str, list[float]]]:
+    """A census field's [label, figures...] lists, each figure the mean of the repeats
+    that list the label among their top ones; by the first figure, largest first."""
+    listed: dict[str, list[list[float]]] = defaultdict(list)
+    for r in rs:
+        for label, *figures in r[field]:
+            listed[label].append(figures)
+    means = {label: [stats.mean(column) for column in zip(*found, strict=True)]
+             for label, found in listed.items()}
+    return sorted(means.items(), key=lambda kv: -kv[1][0])
+
+
 def census_line(stage: str, top: int, rs: list[dict]) -> str:
     """A stage's census at its step `top`, as a sentence."""
     def mean(name: str) -> float:
         return stats.mean(r[name] for r in rs)
 
+    greenlets = ", ".join(f"{n:.1f} `{label}`"
+                          for label, (n,) in listed_means(rs, "census_greenlets"))
     return (f"- **{stage}** at {top:,} users: a connected user held "
             f"{mean('census_objects_per_user'):,.0f} objects, "
             f"{mean('census_tracked_per_user'):,.0f} of them tracked by the collector, "
             f"{mean('census_bytes_per_user') / 1024:.1f} KiB by their shallow sizes and "
             f"{mean('census_stack_bytes_per_user') / 1024:.1f} KiB of greenlet stacks, "
-            f"against {mean('pss_kib_per_user'):.1f} KiB PSS; each census paused the "
-            f"server for up to {max(r['census_seconds'] for r in rs):.1f} s.")
+            f"against {mean('pss_kib_per_user'):.1f} KiB PSS; its greenlets, by what they "
+            f"run: {greenlets or 'none'}; each census paused the server for up to "
+            f"{max(r['census_seconds'] for r in rs):.1f} s.")
 
 
 def census_table(stage: str, rs: list[dict]) -> list[str]:
-    """The types a user holds most of, by objects a user (the mean of the repeats that
-    list the type among their top ones)."""
-    listed: dict[str, list[list[float]]] = defaultdict(list)
-    for r in rs:
-        for kind, objects, size in r["census_types"]:
-            listed[kind].append([objects, size])
-    means = {kind: [stats.mean(v[0] for v in found), stats.mean(v[1] for v in found)]
-             for kind, found in listed.items()}
-    top = sorted(means.items(), key=lambda kv: -kv[1][0])[:CENSUS_TYPES]
+    """The types a user holds most of, by objects a user."""
     return [f"| {stage} | `{kind}` | {objects:,.1f} | {size:,.0f} |"
-            for kind, (objects, size) in top]
+            for kind, (objects, size) in listed_means(rs, "census_types")[:CENSUS_TYPES]]
 
 
 def census_lines(found: dict[str, dict[int, list[dict]]]) -> list[str]:
