@@ -132,7 +132,9 @@ def tally(objects: list) -> dict:
             stacks += getattr(obj, "_stack_saved", 0)
             label = greenlet_label(obj)
             greenlets[label] = greenlets.get(label, 0) + 1
-        held = [r for r in referents(obj) if not is_tracked(r)]
+        # a suspended greenlet says it is not tracked (greenlet's tp_is_gc: the collector
+        # must not traverse its stack) but is listed among `objects`: counted there
+        held = [r for r in referents(obj) if not is_tracked(r) and not isinstance(r, greenlet)]
         while held:  # an untracked tuple or dict holds untracked objects only
             item = held.pop()
             if id(item) not in seen:

@@ -19,6 +19,7 @@ USERS = 40
 # engineio's Socket, a connected client's Engine.IO session; stage 10 makes its class
 # (app/engineio_socket.py) from engineio's and its own mixins
 SOCKET = re.compile(r"(engineio\.socket|app\.engineio_socket)\.Socket")
+GREENLET = "gevent._gevent_cgreenlet.Greenlet"  # gunicorn's handler of a connection
 
 
 def sockets(found: dict) -> int:
@@ -59,6 +60,9 @@ def test_a_census_counts_an_engineio_session_a_connected_user(redis_url, tmp_pat
     # stage 10's one greenlet a user (gunicorn/realtime.conf.py), its stack saved
     assert 0.9 <= (waiting(held) - waiting(at_rest)) / USERS <= 1.2, held["greenlets"]
     assert held["greenlet_stacks"] - at_rest["greenlet_stacks"] > USERS * 1000
+    # each greenlet counted once, though a waiting one says it is not tracked
+    greenlets = [found["types"].get(GREENLET, [0])[0] for found in (at_rest, held)]
+    assert 0.9 <= (greenlets[1] - greenlets[0]) / USERS <= 1.2, greenlets
     share = census.per_user(at_rest, held, USERS)
     assert share["census_objects_per_user"] > share["census_tracked_per_user"] > 10, share
     assert share["census_bytes_per_user"] > 1000, share
