@@ -14,6 +14,7 @@ from . import (
     auth,
     errors,
     fast_path,
+    gc_census,
     gc_log,
     gc_policy,
     health,
@@ -53,5 +54,6 @@ def create_app(test_config: dict | None = None) -> Flask:
     tracing.init_app(app)  # wraps Flask's wsgi_app: before the Socket.IO layer takes it
     flask_wsgi_app = app.wsgi_app
     realtime.init_app(app)
+    gc_census.init_app(app)  # after realtime: it serves gevent mode alone
     fast_path.init_app(app, flask_wsgi_app)
     return app

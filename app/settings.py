@@ -8,6 +8,7 @@ JSON when it can, so ``FLASK_REDIS_POOL_SIZE=80`` arrives as an int.
 from __future__ import annotations
 
 import logging
+import os
 
 import limits
 
@@ -97,6 +98,10 @@ DEFAULTS = {
     # gc.set_threshold's three numbers ("": the running Python's own).
     "GC_FREEZE_EVERY": 0.0,
     "GC_THRESHOLDS": "",
+    # A directory (absolute path; made if missing) where a gevent worker writes a census of
+    # its objects by type each time it receives SIGUSR2 (app/gc_census.py; the capacity
+    # study's --census); "": none. Off by default: a census walks every object, a pause.
+    "GC_CENSUS_DIR": "",
     # Greenlets a connected user holds in gevent mode (lab 16): "thread" is simple-websocket's
     # reader greenlet beside the handler, "handler" the handler reading itself
     # (app/inline_websocket.py); "task" is engineio's greenlet a ping, "timer" a timer of
@@ -210,6 +215,22 @@ def off_or_number(name: str, value, unit: str) -> float:
     return number
 
 
+def census_dir(value) -> str:
+    """GC_CENSUS_DIR: "" (off) or, as an absolute path, a directory this process can
+    write, or one to make in such a directory (app/gc_census.py makes it)."""
+    if value in ("", None):
+        return ""
+    made = isinstance(value, str) and os.path.isabs(value) and os.path.isdir(value)
+    where = value if made else os.path.dirname(str(value))
+    if not (isinstance(value, str) and os.path.isabs(value)
+            and (made or not os.path.exists(value)) and os.path.isdir(where)
+            and os.access(where, os.W_OK | os.X_OK)):
+        raise ConfigError(f"GC_CENSUS_DIR (FLASK_GC_CENSUS_DIR) must be empty (off) or the "
+                          f"absolute path of a directory this process can write (or make), "
+                          f"not {value!r}")
+    return value
+
+
 def trace_sample(value) -> float:
     """TRACE_SAMPLE: the share of traces kept, a number from 0 to 1 (app/tracing.py)."""
     try:
@@ -282,6 +303,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
     config["GC_LOG_MS"] = off_or_number("GC_LOG_MS", config.get("GC_LOG_MS"), "ms")
     config["GC_FREEZE_EVERY"] = off_or_number("GC_FREEZE_EVERY", config.get("GC_FREEZE_EVERY"),
                                               "seconds")
+    config["GC_CENSUS_DIR"] = census_dir(config.get("GC_CENSUS_DIR"))
     try:
         config["GC_THRESHOLDS"] = gc_policy.thresholds(config.get("GC_THRESHOLDS"))
     except ValueError as e:

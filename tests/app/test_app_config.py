@@ -107,6 +107,10 @@ def test_transports_come_from_a_comma_separated_setting(monkeypatch):
     ({"GC_THRESHOLDS": "700,10"}, "GC_THRESHOLDS"),
     ({"GC_THRESHOLDS": "0,10,10"}, "GC_THRESHOLDS"),
     ({"GC_THRESHOLDS": "a,b,c"}, "GC_THRESHOLDS"),
+    ({"GC_CENSUS_DIR": "census"}, "GC_CENSUS_DIR.*absolute path of a directory"),
+    ({"GC_CENSUS_DIR": str(ROOT / "README.md" / "census")}, "GC_CENSUS_DIR"),  # no folder
+    ({"GC_CENSUS_DIR": str(ROOT / "README.md")}, "GC_CENSUS_DIR"),  # a file
+    ({"GC_CENSUS_DIR": 5}, "GC_CENSUS_DIR"),
     ({"WEBSOCKET_READER": "greenlet"}, "WEBSOCKET_READER.*thread .*, handler .*"),
     ({"WEBSOCKET_READER": ""}, "WEBSOCKET_READER"),
     ({"ENGINEIO_PING": "1"}, "ENGINEIO_PING.*task .*, timer .*"),
@@ -131,6 +135,14 @@ def test_the_greenlet_settings_are_said_to_be_for_gevent_only(caplog):
         create_app({"SECRET_KEY": "k", "WEBSOCKET_READER": "handler", "ENGINEIO_PING": "timer"})
     assert ("WEBSOCKET_READER=handler, ENGINEIO_PING=timer: for gevent mode only; this "
             "process runs 'threading'") in caplog.text
+
+
+def test_the_census_is_said_to_be_for_gevent_only(caplog, tmp_path):
+    """GC_CENSUS_DIR (app/gc_census.py) installs its signal handler in gevent mode alone
+    (tests/app/test_gc_census.py); elsewhere the log says it writes none."""
+    with caplog.at_level(logging.WARNING):
+        create_app({"SECRET_KEY": "k", "GC_CENSUS_DIR": str(tmp_path)})
+    assert "GC_CENSUS_DIR: for gevent mode only; this process runs 'threading'" in caplog.text
 
 
 def test_socketio_uses_the_redis_message_queue_by_default(redis_url, redis_client):

@@ -26,7 +26,7 @@ from conftest import run_module
 from benchmarks import stages
 from benchmarks.run import runner
 from benchmarks.sandbox import hosts, python_root
-from benchmarks.studies.capacity import clients, fanout, report, servers, verdict
+from benchmarks.studies.capacity import census, clients, fanout, report, servers, verdict
 
 ROOT = stages.ROOT
 STEPS = (60, 150)
@@ -42,8 +42,9 @@ ROOM = 10
     (["--stages", "10", "--realtime-python", "tests"],
      "tests is not a finished Python root (no /opt/venv/.installed in it): make one with "
      "`sh setup/python314-root.sh results/python-roots`"),
+    (["--stages", "9t", "--census"], "a census is written by gunicorn's gevent worker only"),
 ], ids=["unknown-stage", "no-front", "falling-steps", "room-of-one", "no-traffic",
-        "no-python-root"])
+        "no-python-root", "census-on-threads"])
 def test_bad_input_is_refused_before_anything_starts(args, says, tmp_path):
     code, out = run_module("benchmarks.studies.capacity", *args, "--results", str(tmp_path),
                            timeout=60)
@@ -249,3 +250,32 @@ def test_stage_10_runs_from_the_python_root_beside_the_venv(tmp_path):
     mounted = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True,
                              text=True).stdout
     assert str(root) not in mounted
+
+
+def test_the_census_is_read_at_the_largest_step_every_repeat_held(tmp_path):
+    """--census: a stage's objects a user (census.per_user) in a sentence, its top types
+    in a table, from the largest step both repeats held, as means of the repeats."""
+    rest = {"seconds": 0.1, "tracked": 1000, "untracked": 500, "greenlet_stacks": 0,
+            "types": {"dict": [900, 90_000], "str": [600, 30_000]},
+            "greenlets": {"Hub.run (alive)": 1}}
+    held = {"seconds": 0.4, "tracked": 1000 + 2500 * 30, "untracked": 500 + 2500 * 20,
+            "greenlet_stacks": 2500 * 2048,
+            "types": {"dict": [900 + 2500 * 29, 90_000 + 2500 * 6000],
+                      "str": [600 + 2500 * 20, 30_000 + 2500 * 1000],
+                      "engineio.socket.Socket": [2500, 2500 * 56]},
+            "greenlets": {"Hub.run (alive)": 1, "_handle_and_close_when_done (alive)": 2500}}
+    share = census.per_user(rest, held, 2500)
+    assert share["census_types"][:3] == [["dict", 29.0, 6000.0], ["str", 20.0, 1000.0],
+                                         ["engineio.socket.Socket", 1.0, 56.0]]
+    assert (share["census_objects_per_user"], share["census_tracked_per_user"]) == (50, 30)
+    assert share["census_greenlets"] == [["_handle_and_close_when_done (alive)", 1.0]]
+    rows = [{**_step("10", r, 2500, 60.0, False), **share} for r in (1, 2)]
+    rows += [_step("10", r, 5000, 60.0, r == 2) for r in (1, 2)]  # held in one repeat only
+    report.write(tmp_path, rows, "python -m benchmarks.studies.capacity --census")
+    text = (tmp_path / report.REPORT).read_text()
+    assert ("- **10** at 2,500 users: a connected user held 50 objects, 30 of them tracked "
+            "by the collector, 6.9 KiB by their shallow sizes and 2.0 KiB of greenlet "
+            "stacks, against 71.5 KiB PSS; its greenlets, by what they run: 1.0 "
+            "`_handle_and_close_when_done (alive)`; each census paused the server for up "
+            "to 0.4 s.") in text, text
+    assert "| 10 | `engineio.socket.Socket` | 1.0 | 56 |" in text, text

@@ -21,6 +21,23 @@ STEP_HEADER = ("| stage | repeat | users | connected | delivered | delivery p50 
                "| KiB PSS a user | real-time CPU % | µs a delivery | load CPU % | verdict |")
 
 
+CENSUS_HEADER = "| stage | type | objects a user | bytes a user |"
+CENSUS_TYPES = 10  # types a stage's table shows, by objects a user
+# What the census counts and what it does not (app/gc_census.py), said before its figures
+CENSUS_INTRO = (
+    "The real-time server counted its own objects by type (app/gc_census.py, `--census`) "
+    "at rest before any user and at the end of each step, each time after a collection; "
+    "a connected user's share is (the step's count - the count at rest) / the users "
+    "connected, at the largest step every repeat held (the mean of the repeats). Counted: "
+    "every object the collector tracks, frozen ones too, and the strings, bytes, numbers "
+    "and other untracked objects they hold, each once; bytes are shallow sizes "
+    "(`sys.getsizeof`), and the C stacks greenlets saved are counted apart. Not counted: "
+    "the Python frames a greenlet waits in, objects only C code holds, C libraries' "
+    "buffers, and the allocator's overhead, all of which PSS includes. A census pauses "
+    "the server, and what it allocates may stay in its heap: a run with `--census` is "
+    "not a headline run.")
+
+
 FAN_HEADER = ("| stage | processes | users | µs of the real-time server a delivery "
               "| of each process | the queue listener's share of its samples |")
 
@@ -178,6 +195,62 @@ def fanout_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def census_rows(repeats: dict[int, list[dict]]) -> tuple[int, list[dict]] | None:
+    """The largest step every repeat held, and its rows, where they have a census."""
+    common = held_steps(repeats)
+    if not common or "census_types" not in common[max(common)][0]:
+        return None
+    return max(common), common[max(common)]
+
+
+def listed_means(rs: list[dict], field: str) -> list[tuple[str, list[float]]]:
+    """A census field's [label, figures...] lists, each figure the mean of the repeats
+    that list the label among their top ones; by the first figure, largest first."""
+    listed: dict[str, list[list[float]]] = defaultdict(list)
+    for r in rs:
+        for label, *figures in r[field]:
+            listed[label].append(figures)
+    means = {label: [stats.mean(column) for column in zip(*found, strict=True)]
+             for label, found in listed.items()}
+    return sorted(means.items(), key=lambda kv: -kv[1][0])
+
+
+def census_line(stage: str, top: int, rs: list[dict]) -> str:
+    """A stage's census at its step `top`, as a sentence."""
+    def mean(name: str) -> float:
+        return stats.mean(r[name] for r in rs)
+
+    greenlets = ", ".join(f"{n:.1f} `{label}`"
+                          for label, (n,) in listed_means(rs, "census_greenlets"))
+    return (f"- **{stage}** at {top:,} users: a connected user held "
+            f"{mean('census_objects_per_user'):,.0f} objects, "
+            f"{mean('census_tracked_per_user'):,.0f} of them tracked by the collector, "
+            f"{mean('census_bytes_per_user') / 1024:.1f} KiB by their shallow sizes and "
+            f"{mean('census_stack_bytes_per_user') / 1024:.1f} KiB of greenlet stacks, "
+            f"against {mean('pss_kib_per_user'):.1f} KiB PSS; its greenlets, by what they "
+            f"run: {greenlets or 'none'}; each census paused the server for up to "
+            f"{max(r['census_seconds'] for r in rs):.1f} s.")
+
+
+def census_table(stage: str, rs: list[dict]) -> list[str]:
+    """The types a user holds most of, by objects a user."""
+    return [f"| {stage} | `{kind}` | {objects:,.1f} | {size:,.0f} |"
+            for kind, (objects, size) in listed_means(rs, "census_types")[:CENSUS_TYPES]]
+
+
+def census_lines(found: dict[str, dict[int, list[dict]]]) -> list[str]:
+    """Each stage's census (--census): a sentence, then its types in one table."""
+    said, table = [], []
+    for stage, repeats in found.items():
+        chosen = census_rows(repeats)
+        if chosen:
+            said.append(census_line(stage, *chosen))
+            table += census_table(stage, chosen[1])
+    if not said:
+        return []
+    return [CENSUS_INTRO, "", *said, "", CENSUS_HEADER, separator(CENSUS_HEADER), *table]
+
+
 def write(run_dir: Path, rows: list[dict], command: str) -> Path:
     found = by_stage(rows)
     lines = [f"# Capacity: `{command}`", "", STEP_HEADER, separator(STEP_HEADER),
@@ -187,6 +260,9 @@ def write(run_dir: Path, rows: list[dict], command: str) -> Path:
     if paired:
         lines += ["", "## Against the stage each is a step from (paired over repeats)", "",
                   *paired]
+    census = census_lines(found)
+    if census:
+        lines += ["", "## A connected user's objects (the server's census)", "", *census]
     fan = fanout_lines(rows)
     if fan:
         lines += ["", "## Fan-out (the real-time server on N processes)", "", FAN_HEADER,

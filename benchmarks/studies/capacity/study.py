@@ -3,6 +3,7 @@
     python -m benchmarks.studies.capacity [--stages 9,9e,9t,9a] [--users 1000,2000,4000,7000,10000]
         [--room-size 10] [--send-every 60] [--seconds 30] [--objective-ms 250]
         [--repeats 1] [--load-processes 1] [--client-hosts 1] [--realtime-python ROOT]
+        [--census]
 
 For each stage (one with a Socket.IO server: stage 9 and its `realtime` twins), each
 repeat: the stage up on its hosts (as `lab up`), the study's users seeded in rooms of
@@ -18,6 +19,9 @@ objective (verdict.py) ends the stage: "holds N users; at M: what broke; limited
 Writes results/<stamp>-capacity/: capacity.csv (a row per stage, repeat and step),
 capacity.json (the rows and each stage's verdict), and per step an HdrHistogram log
 (`<stage>/repeat-R/step-N.hlog`: delivery, ack and connect latencies in µs, tagged).
+With --census, `<stage>/repeat-R/census/` holds the real-time server's census files
+(app/gc_census.py), at rest and at each step's end, and each step's row a connected
+user's objects and bytes by type (census.py).
 
 With --realtime-python ROOT, each stage runs a second time with its real-time server from
 that Python root (setup/python314-root.sh: Debian forky's python3.14), chrooted
@@ -46,12 +50,13 @@ from benchmarks.profile import record
 from benchmarks.run import cli, limits, options, results, runner
 from benchmarks.run.cli import StageFailed, say
 from benchmarks.sandbox import procs, python_root
-from benchmarks.studies.capacity import clients, fanout, plots, report, servers, verdict
+from benchmarks.studies.capacity import census, clients, fanout, plots, report, servers, verdict
 
 CSV_NAME, JSON_NAME = "capacity.csv", "capacity.json"
 DEFAULT_STAGES = "9,9e,9t,9a"
 USERS_FILE = "capacity-users.json"
 PREFIX = "cap"
+CENSUS_DIR = "census"  # in each repeat's folder: the real-time server's census files
 
 
 def seed(stack, users: int, room_size: int) -> Path:
@@ -85,8 +90,18 @@ def save_histograms(path: Path, events: list[dict]) -> None:
     latency_log.save(path, per_process, total=False)
 
 
+def census_of(stack, out: Path, on: bool) -> dict | None:
+    """The real-time server's census now (--census), else None: written in the stage's
+    folder (`measured_stage`), kept in the repeat's."""
+    if not on:
+        return None
+    return census.take(census.workers(servers.roles(stack)["realtime"]),
+                       stack.dir / CENSUS_DIR, out / CENSUS_DIR)
+
+
 def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int) -> list[dict]:
     box, rows = stack.box, []
+    at_rest = census_of(stack, out, args.census)  # before the memory at rest: census.py
     rest = servers.read(stack, memory=True)
     prefixes = [box.prefix(role) for role in stage.clients_for(args.client_hosts)]
     limit = sum(step_limit(args, u) + args.seconds + args.grace + 60 for u in args.users)
@@ -109,6 +124,9 @@ def run_steps(stage, stack, users_file: Path, args, out: Path, server_cpus: int)
             row = verdict.step_row(n, users, connected, held, rest, before, after, wall,
                                    args.objective_ms, server_cpus, servers.log_signs(stack))
             row["listener_share"] = fanout.listener_share(profiled / results.PROFILE_STACKS)
+            if at_rest:  # once the step's figures are read: a census pauses the server
+                row.update(census.per_user(at_rest, census_of(stack, out, True),
+                                           row["connected"]))
             rows.append(row)
             say(f"  {line(row)}")
             if row["broke"]:
@@ -147,14 +165,17 @@ NARROW = "narrow-ports"
 GC_LOG_MS = "20"  # the real-time server logs each collection this long (app/gc_log.py)
 
 
-def measured_stage(stage, processes: int):
+def measured_stage(stage, processes: int, census_dir: Path | None = None):
     """The stage as the study runs it: its real-time server on `processes` processes;
     without the narrowed port range (lab 06's 1,000 ports, there to show TIME_WAIT):
     Nginx takes a local port for each websocket it opens to the real-time server, so
-    that range would cap the users at 1,000 whatever the server; and its collections
-    of 20 ms or more logged (app/gc_log.py), which the study reads."""
+    that range would cap the users at 1,000 whatever the server; its collections of
+    20 ms or more logged (app/gc_log.py), which the study reads; with `census_dir`
+    (--census), its census written there on demand (census.py)."""
+    env = {**stage.env, "FLASK_GC_LOG_MS": GC_LOG_MS,
+           **(census.census_env(census_dir) if census_dir else {})}
     wide = dataclasses.replace(stage, sysctl=tuple(p for p in stage.sysctl if p != NARROW),
-                               env={**stage.env, "FLASK_GC_LOG_MS": GC_LOG_MS})
+                               env=env)
     return fanout.with_processes(wide, processes)
 
 
@@ -163,7 +184,10 @@ def run_stage(base, processes: int, root: Path | None, opts, args, run_dir: Path
     """One repeat of `base` on `processes` processes, from the Python root `root` (None:
     the repository's venv); its rows, labelled with the Python its server said it runs
     where it ran from a root."""
-    stage, rooted = measured_stage(base, processes), dataclasses.replace(opts, python_root=root)
+    # a census is written in the stage's folder (Stack.dir), which a rooted server can write
+    inbox = results.up_dir(opts.results, base) / CENSUS_DIR if args.census else None
+    stage = measured_stage(base, processes, inbox)
+    rooted = dataclasses.replace(opts, python_root=root)
     with runner.running_stage(stage, rooted) as (box, stack, _users):
         python = servers.python(stack)
         version = python["python"].split()[-1] if root and python["python"] else None
@@ -235,6 +259,8 @@ def run(args) -> int:
     check_args(args)
     chosen = chosen_stages(args.stages)
     for stage in chosen:
+        if args.census and census.refused(stage):
+            raise options.OptionsError(f"--census: {census.refused(stage)}")
         try:
             [fanout.with_processes(stage, n) for n in args.processes]
         except ValueError as e:
@@ -302,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="py-spy on the real-time server during each step's traffic: its "
                         "flame graph, and the message queue listener's share of its samples")
+    p.add_argument("--census", action="store_true",
+                   help="the real-time server counts its objects by type at rest and at the "
+                        "end of each step (app/gc_census.py): a connected user's objects and "
+                        "bytes in the report; each census pauses the server, so off by "
+                        "default")
     cli.add_sandbox_options(p)
     return p
 
