@@ -153,6 +153,7 @@ CAPACITY_RUNS = ROOT / "docs" / "capacity-runs.md"
     ("deflate", CAPACITY_RUNS, True),
     ("stage-10-first", CAPACITY_RUNS, True),  # the main run's command, once before
     ("python-3.14", CAPACITY_RUNS, True),  # stage 10's server on 3.14 beside 3.11
+    ("census", CAPACITY_RUNS, True),  # a connected user's objects by type (--census)
 ])
 def test_lab_16s_tables_are_the_capacity_captures_own(part, page, table):
     """Each capture's report (notebooks/capacity-run/PART/report.md, written by the study)
@@ -285,3 +286,16 @@ def test_lab_16s_python_314_ratio_is_its_captures():
     assert "10,000 users held in 3 of 3 repeats" in rooted
     lab = " ".join(LAB_16.read_text().split())
     assert f"held 10,000 users in 3 of 3 repeats, at {ratio} the memory a user of 3.11" in lab
+
+
+def test_lab_16s_census_figures_are_its_captures():
+    """Stage 10's user as lab 16 gives it: the census capture's own line
+    (notebooks/capacity-run/census/report.md)."""
+    report = (CAPACITY / "census" / "report.md").read_text()
+    [line] = [x for x in report.splitlines() if x.startswith("- **10** at 2,000 users")]
+    found = re.search(r"held (\d+) objects, .* ([\d.]+) KiB by their shallow sizes and "
+                      r"([\d.]+) KiB of greenlet stacks, against ([\d.]+) KiB PSS", line)
+    objects, shallow, stacks, pss = found.groups()
+    lab = " ".join(LAB_16.read_text().split())
+    assert (f"of stage 10's {pss} KiB PSS a user, {objects} objects of {shallow} KiB by their "
+            f"own sizes and one greenlet's saved stack, {stacks} KiB") in lab
