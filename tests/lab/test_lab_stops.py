@@ -215,8 +215,8 @@ def test_host_mode_runs_a_stage_on_free_ports_and_leaves_host_sysctls_alone(tmp_
     """--sandbox host: what a user without root gets (here: root, told not to use netns)."""
     before = hosts.read_sysctls(["net.ipv4.tcp_tw_reuse", "net.ipv4.ip_local_port_range"])
     result = lab("run", "--sandbox", "host", "--stages", "4", "--duration", "3", "--warmup",
-                 "--no-plots", "1", "--users", "10", "--no-screenshots", "--results", str(tmp_path),
-                 timeout=180)
+                 "1", "--users", "10", "--no-screenshots", "--no-plots", "--results",
+                 str(tmp_path), timeout=180)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "host sysctls NOT applied" in result.stdout
     assert "loopback" in result.stdout  # the note on what host mode may hide
