@@ -9,25 +9,21 @@ from __future__ import annotations
 from flask import Flask
 
 from . import (
-    access_log,
     attempts,
     auth,
     errors,
     fast_path,
-    gc_census,
-    gc_log,
     gc_policy,
     health,
-    metrics,
-    realtime,
     redis_store,
     rooms,
     seed,
     settings,
-    tracing,
     users,
     validation,
 )
+from .realtime import server as realtime_server
+from .watchers import access_log, gc_census, gc_log, metrics, tracing
 
 
 def create_app(test_config: dict | None = None) -> Flask:
@@ -53,7 +49,7 @@ def create_app(test_config: dict | None = None) -> Flask:
     seed.init_app(app)
     tracing.init_app(app)  # wraps Flask's wsgi_app: before the Socket.IO layer takes it
     flask_wsgi_app = app.wsgi_app
-    realtime.init_app(app)
+    realtime_server.init_app(app)
     gc_census.init_app(app)  # after realtime: it serves gevent mode alone
     fast_path.init_app(app, flask_wsgi_app)
     return app

@@ -2,7 +2,7 @@
 
 CPython's cyclic collector stops the whole process while it runs, and a collection of
 the oldest generation scans every object it tracks: with thousands of chat users held,
-hundreds of thousands of objects, hundreds of milliseconds (app/gc_log.py logs them,
+hundreds of thousands of objects, hundreds of milliseconds (app/watchers/gc_log.py logs them,
 lab 16 measures them). Those objects are not garbage: a user's sessions, websocket and
 greenlets live as long as the user stays.
 

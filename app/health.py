@@ -26,7 +26,7 @@ def healthz():
 
 def report(async_mode: str) -> tuple[dict, int]:
     """The health check's answer and status, for the Flask view and the asyncio
-    server's /healthz (app/realtime_asgi.py) alike."""
+    server's /healthz (app/realtime/server_asgi.py) alike."""
     info = {"redisMode": current_app.config["REDIS_MODE"], "asyncMode": async_mode}
     try:
         get_redis().set(PROBE_KEY, int(time.time()), ex=60)

@@ -58,7 +58,7 @@ def store_message(room_id: int, user_id: int, username: str, content: str,
 def save_message(room_id: int, user_id: int, username: str, content: str,
                  key: str | None) -> dict:
     """Store a message (at most once per `key`), not broadcast: the asyncio server
-    (app/realtime_asgi.py) broadcasts with its own emit, a coroutine."""
+    (app/realtime/server_asgi.py) broadcasts with its own emit, a coroutine."""
     token_key = g.get("token_key")  # checked by the script (FUSED_ROUND_TRIPS)
     verdict, message = chat_store.post_message(
         get_redis(), room_id, user_id, username, content,

@@ -40,7 +40,7 @@ DEFAULTS = {
     # remembered: a retry within this window stores nothing new.
     "IDEMPOTENCY_TTL": 3600,
     "PASSWORD_MIN_LENGTH": 8,
-    # A file for the app's own timed access log (access_log.py), for a server that
+    # A file for the app's own timed access log (watchers/access_log.py), for a server that
     # logs no times (`flask run`); empty: none.
     "ACCESS_LOG": "",
     # werkzeug.security method. scrypt is deliberately slow (tens of ms of
@@ -77,21 +77,21 @@ DEFAULTS = {
     # Engine.IO transports the server accepts: the stages' clients use the
     # websocket only; "polling,websocket" for a stage that teaches polling.
     "SOCKETIO_TRANSPORTS": "websocket",
-    # Flask-SocketIO's async mode: "auto" asks what the server runs (app/realtime.py:
+    # Flask-SocketIO's async mode: "auto" asks what the server runs (app/realtime/server.py:
     # eventlet or gevent when that library patched the standard library, else
     # threading); a stage states its own (FLASK_SOCKETIO_ASYNC_MODE=threading under
     # gunicorn's gthread worker); a mode that does not match what runs is logged as a
-    # warning and the mode that runs is served (app/realtime.py).
+    # warning and the mode that runs is served (app/realtime/server.py).
     "SOCKETIO_ASYNC_MODE": "auto",
     # Seconds a client has, after the Engine.IO handshake, to connect to
-    # Socket.IO with a valid token; then its session is closed (socket_guard.py).
+    # Socket.IO with a valid token; then its session is closed (realtime/socket_guard.py).
     "SOCKETIO_AUTH_TIMEOUT": 5.0,
     # Engine.IO pings every interval; a client that has not answered within
     # the timeout is gone, and its connection is closed (Engine.IO's defaults).
     "SOCKETIO_PING_INTERVAL": 25.0,
     "SOCKETIO_PING_TIMEOUT": 20.0,
     # Log each garbage collection that pauses the process this many ms or more
-    # (app/gc_log.py); 0: none.
+    # (app/watchers/gc_log.py); 0: none.
     "GC_LOG_MS": 0.0,
     # The collector set for a long-lived server (app/gc_policy.py): every object alive
     # moved out of every collection this often (seconds; 0: never), and
@@ -99,14 +99,14 @@ DEFAULTS = {
     "GC_FREEZE_EVERY": 0.0,
     "GC_THRESHOLDS": "",
     # A directory (absolute path; made if missing) where a gevent worker writes a census of
-    # its objects by type each time it receives SIGUSR2 (app/gc_census.py; the capacity
+    # its objects by type each time it receives SIGUSR2 (app/watchers/gc_census.py; the capacity
     # study's --census); "": none. Off by default: a census walks every object, a pause.
     "GC_CENSUS_DIR": "",
     # Greenlets a connected user holds in gevent mode (lab 16): "thread" is simple-websocket's
     # reader greenlet beside the handler, "handler" the handler reading itself
-    # (app/inline_websocket.py); "task" is engineio's greenlet a ping, "timer" a timer of
-    # gevent's loop (app/ping_timer.py); "task" is engineio's writer greenlet a websocket,
-    # "direct" its packets written by their senders (app/direct_writer.py; needs
+    # (app/realtime/inline_websocket.py); "task" is engineio's greenlet a ping, "timer" a timer of
+    # gevent's loop (app/realtime/ping_timer.py); "task" is engineio's writer greenlet a websocket,
+    # "direct" its packets written by their senders (app/realtime/direct_writer.py; needs
     # WEBSOCKET_READER=handler). Other modes keep the libraries' own.
     "WEBSOCKET_READER": "thread",
     "ENGINEIO_PING": "task",
@@ -126,10 +126,10 @@ DEFAULTS = {
     # Engine.IO's WSGI middleware (and the app's guard in front of it) on every path;
     # False: only on /socket.io/, the rest goes straight to Flask.
     "ENGINEIO_EVERY_PATH": True,
-    # Prometheus's instruments and GET /metrics (app/metrics.py): off by default, so that
+    # Prometheus's instruments and GET /metrics (app/watchers/metrics.py): off by default, so that
     # every stage without `--metrics` keeps its code and its cost.
     "METRICS": False,
-    # OpenTelemetry traces (app/tracing.py): off unless FLASK_TRACING=1; the share of
+    # OpenTelemetry traces (app/watchers/tracing.py): off unless FLASK_TRACING=1; the share of
     # traces kept (0..1); where they go: the standard OTEL_EXPORTER_OTLP_* variables.
     "TRACING": False,
     "TRACE_SAMPLE": 1.0,
@@ -189,7 +189,7 @@ def transports(value) -> list[str]:
 
 
 def check_async_mode(value) -> None:
-    """SOCKETIO_ASYNC_MODE is one of ASYNC_MODES (app/realtime.py checks it against what
+    """SOCKETIO_ASYNC_MODE is one of ASYNC_MODES (app/realtime/server.py checks it against what
     the process runs)."""
     check_choice("SOCKETIO_ASYNC_MODE", value, ASYNC_MODES)
 
@@ -203,7 +203,7 @@ def check_choice(name: str, value, choices) -> None:
 
 
 def off_or_number(name: str, value, unit: str) -> float:
-    """A setting that is 0 (off) or a number of `unit`: GC_LOG_MS (app/gc_log.py),
+    """A setting that is 0 (off) or a number of `unit`: GC_LOG_MS (app/watchers/gc_log.py),
     GC_FREEZE_EVERY (app/gc_policy.py)."""
     try:
         number = float(value)
@@ -217,7 +217,7 @@ def off_or_number(name: str, value, unit: str) -> float:
 
 def census_dir(value) -> str:
     """GC_CENSUS_DIR: "" (off) or, as an absolute path, a directory this process can
-    write, or one to make in such a directory (app/gc_census.py makes it)."""
+    write, or one to make in such a directory (app/watchers/gc_census.py makes it)."""
     if value in ("", None):
         return ""
     made = isinstance(value, str) and os.path.isabs(value) and os.path.isdir(value)
@@ -232,7 +232,7 @@ def census_dir(value) -> str:
 
 
 def trace_sample(value) -> float:
-    """TRACE_SAMPLE: the share of traces kept, a number from 0 to 1 (app/tracing.py)."""
+    """TRACE_SAMPLE: the share of traces kept, a number from 0 to 1 (app/watchers/tracing.py)."""
     try:
         number = float(value)
         if isinstance(value, bool) or not 0 <= number <= 1:
@@ -292,7 +292,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
     check_choice("ENGINEIO_WRITER", config.get("ENGINEIO_WRITER"), ENGINEIO_WRITERS)
     if config["ENGINEIO_WRITER"] == "direct" and config["WEBSOCKET_READER"] != "handler":
         raise ConfigError("ENGINEIO_WRITER=direct needs WEBSOCKET_READER=handler (its "
-                          "websocket's writes never wait: app/inline_websocket.py)")
+                          "websocket's writes never wait: app/realtime/inline_websocket.py)")
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))

@@ -106,7 +106,7 @@ def bearer_token() -> str | None:
 def socket_token(auth, environ) -> str | None:
     """Socket.IO: the ``auth`` dict's token, else the header, else ``?token=``. From the
     connection's WSGI-style environ, which Flask-SocketIO and python-socketio's ASGI
-    server (app/realtime_asgi.py) both give, so one rule serves both."""
+    server (app/realtime/server_asgi.py) both give, so one rule serves both."""
     if isinstance(auth, dict) and isinstance(auth.get("token"), str):
         return auth["token"]
     query = parse_qs(environ.get("QUERY_STRING", "")).get("token")

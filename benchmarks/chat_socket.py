@@ -26,7 +26,7 @@ import time
 
 import socketio
 
-PAGE = 200  # messages per joinRoom ack (app/realtime.py, CATCH_UP_MAX)
+PAGE = 200  # messages per joinRoom ack (app/realtime/server.py, CATCH_UP_MAX)
 
 
 class RoomFeed:

@@ -128,13 +128,14 @@ CODE_ITSELF = {"FLASK_FUSED_ROUND_TRIPS": "1", "FLASK_TOKEN_CACHE_SIZE": "4096",
                "FLASK_ENGINEIO_EVERY_PATH": "0"}
 TODAY = {**CODE_ITSELF, "FLASK_SOCKETIO_ASYNC_MODE": "gevent"}  # stage 8: stage 7's code
 
-THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}  # stated, not guessed (app/realtime.py)
+# stated, not guessed (app/realtime/server.py)
+THREADING = {"FLASK_SOCKETIO_ASYNC_MODE": "threading"}
 # Stage 9: stage 7's code on two servers, each its own Socket.IO mode (threading under
 # granian, gevent under gunicorn's gevent worker): "auto", the default, takes it.
 SPLIT = CODE_ITSELF
-# The watched set (lab 17): stage 9 with an instrument on (app/metrics.py, app/tracing.py),
-# on both of its servers, as a deployment turns one on for the whole app. Its metrics
-# in prometheus_client's single-process mode (granian runs one worker); with --metrics
+# The watched set (lab 17): stage 9 with an instrument on (app/watchers/metrics.py,
+# app/watchers/tracing.py), on both of its servers, as a deployment turns one on for the whole app.
+# Its metrics in prometheus_client's single-process mode (granian runs one worker); with --metrics
 # the lab gives each server a multiprocess folder, as it does every stage's.
 # Stage 10t: gevent's greenlet tree tracked (gevent's default, stage 9's), against
 # gunicorn/realtime.conf.py's off.

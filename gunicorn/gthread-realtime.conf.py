@@ -19,7 +19,7 @@
 # (benchmarks/run/runner.py), which gunicorn reads after this file.
 
 # `-k gthread`. The stage states the matching Socket.IO mode
-# (FLASK_SOCKETIO_ASYNC_MODE=threading, app/realtime.py).
+# (FLASK_SOCKETIO_ASYNC_MODE=threading, app/realtime/server.py).
 worker_class = "gthread"
 # One process, as stage 9's gevent server has on the lab's one server core:
 # the study measures what one worker holds.

@@ -17,7 +17,7 @@
 # (benchmarks/run/runner.py), which gunicorn reads after this file.
 
 # `-k gthread`. No library patches the standard library, so the app picks
-# Flask-SocketIO's threading mode (app/realtime.py); FLASK_SOCKETIO_ASYNC_MODE
+# Flask-SocketIO's threading mode (app/realtime/server.py); FLASK_SOCKETIO_ASYNC_MODE
 # states it in the stage.
 worker_class = "gthread"
 # Four processes, as in stages 1-3, so that only the worker type changes.

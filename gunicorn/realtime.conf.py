@@ -68,12 +68,12 @@ raw_env = [
     # simple-websocket's reader, which receives for the connection's handler; Engine.IO's
     # ping, a greenlet that sleeps 25 s; and Engine.IO's writer, which waits on a queue
     # for what to write. Here the handler reads its websocket itself
-    # (app/inline_websocket.py), the ping is a timer of gevent's loop (app/ping_timer.py),
-    # and a packet is written by whoever sends it (app/direct_writer.py), to a websocket
-    # whose writes never wait (a slow client's backlog gets a greenlet while it lasts):
-    # one greenlet a user. PSS a user at 5,000 users: 38.4 KiB, against 66.9 with the
-    # libraries' four (stage 10l; `python -m benchmarks.studies.capacity --stages
-    # 10,10t,10l --users 5000 --seconds 30 --repeats 3`, lab 16), with no more CPU a
+    # (app/realtime/inline_websocket.py), the ping is a timer of gevent's loop
+    # (app/realtime/ping_timer.py), and a packet is written by whoever sends it
+    # (app/realtime/direct_writer.py), to a websocket whose writes never wait (a slow client's
+    # backlog gets a greenlet while it lasts): one greenlet a user. PSS a user at 5,000 users: 38.4
+    # KiB, against 66.9 with the libraries' four (stage 10l; `python -m benchmarks.studies.capacity
+    # --stages 10,10t,10l --users 5000 --seconds 30 --repeats 3`, lab 16), with no more CPU a
     # delivery that the study could tell.
     f"FLASK_WEBSOCKET_READER={_given('FLASK_WEBSOCKET_READER', 'handler')}",
     f"FLASK_ENGINEIO_PING={_given('FLASK_ENGINEIO_PING', 'timer')}",

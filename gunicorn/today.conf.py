@@ -162,16 +162,16 @@ def on_starting(server):
         for leftover in glob.glob(os.path.join(path, "*.db")):
             os.remove(leftover)
 
-# With the lab's `--metrics` (or any Prometheus scraping the app's /metrics, app/metrics.py):
-# each worker keeps its metrics in files of its own in PROMETHEUS_MULTIPROC_DIR, and
-# /metrics sums them. When a worker exits, prometheus_client's documented hook,
-# mark_process_dead, removes only its live gauges' files: its counters and histograms
-# stay, one file each per worker that ever ran, and every scrape reads them all, so with
+# With the lab's `--metrics` (or any Prometheus scraping the app's /metrics,
+# app/watchers/metrics.py): each worker keeps its metrics in files of its own in
+# PROMETHEUS_MULTIPROC_DIR, and /metrics sums them. When a worker exits, prometheus_client's
+# documented hook, mark_process_dead, removes only its live gauges' files: its counters and
+# histograms stay, one file each per worker that ever ran, and every scrape reads them all, so with
 # worker recycling (`max_requests`) the folder and the scrape grow without end
 # (prometheus/client_python#275, #367). Here the dead worker's values are folded into
-# one file a type (app/metrics_exit.py): the same totals, a folder the size of the live
+# one file a type (app/watchers/metrics_exit.py): the same totals, a folder the size of the live
 # workers. Measured in lab 17 (benchmarks/studies/recycling --metrics-exit none,mark,fold).
-# Without PROMETHEUS_MULTIPROC_DIR it does nothing. It loads app/metrics_exit.py by its
+# Without PROMETHEUS_MULTIPROC_DIR it does nothing. It loads app/watchers/metrics_exit.py by its
 # path, not the app package: the master must not import the app before it forks gevent
 # workers, which patch the standard library as they start.
 def child_exit(server, worker):
@@ -180,7 +180,7 @@ def child_exit(server, worker):
 
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return
-    path = os.path.join(server.cfg.chdir, "app", "metrics_exit.py")  # the app's folder
+    path = os.path.join(server.cfg.chdir, "app", "watchers", "metrics_exit.py")  # the app's folder
     spec = importlib.util.spec_from_file_location("metrics_exit", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

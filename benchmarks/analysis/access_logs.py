@@ -7,7 +7,7 @@ Three shapes of line, all with `"METHOD PATH PROTO" STATUS` in them: Nginx's
 `counted` format (nginx/nginx.conf: then the upstream connect and response times
 and the request time), gunicorn's (`%(L)s`, the request time, after the status)
 and werkzeug's own (`flask run`), plus the app's own timed lines under it
-(app/access_log.py).
+(app/watchers/access_log.py).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 def gunicorn_args(path) -> list[str]:
     """gunicorn's access log in the shape REQUEST_LINE reads, the request time closing
-    each line (%(L)s, seconds). The app redacts any token in it (app/access_log.py)."""
+    each line (%(L)s, seconds). The app redacts any token in it (app/watchers/access_log.py)."""
     return ["--access-logfile", str(path), "--access-logformat", '"%(r)s" %(s)s %(L)s']
 
 
-# Prometheus's scrapes of the app (--metrics; app/metrics.py's PATH): a line a second in
+# Prometheus's scrapes of the app (--metrics; app/watchers/metrics.py's PATH): a line a second in
 # the app's access log, none of the load's requests
 SCRAPE_PATH = "/metrics"
 

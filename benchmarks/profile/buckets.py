@@ -52,13 +52,17 @@ RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
                        "redis/*:*Pool.__init__", "redis/*:*Connection.__init__",
                        "redis/*:Redis.close", "redis/*:*.__del__")),
     ("redis_commands", ("redis/*",)),
-    ("logging", ("logging/*", "app/access_log.py:*", "gunicorn/glogging.py:*",
-                 "werkzeug/serving.py:*.log*", "werkzeug/_internal.py:_log")),
+    # a moved file of app/ by its path and by the one it had before its family's folder
+    # (app/realtime/, app/watchers/), which the captures made then name (notebooks/)
+    ("logging", ("logging/*", "app/watchers/access_log.py:*", "app/access_log.py:*",
+                 "gunicorn/glogging.py:*", "werkzeug/serving.py:*.log*",
+                 "werkzeug/_internal.py:_log")),
     ("json", ("json/*", "*/json/*")),
     # not itsdangerous itself: Flask's session cookie uses it too, on every request
     ("token", ("app/tokens.py:*",)),
     ("socketio", ("socketio/*", "engineio/*", "flask_socketio/*", "simple_websocket/*",
-                  "wsproto/*", "eventlet/websocket.py:*", "app/realtime.py:*",
+                  "wsproto/*", "eventlet/websocket.py:*", "app/realtime/server.py:*",
+                  "app/realtime/socket_guard.py:*", "app/realtime.py:*",
                   "app/socket_guard.py:*")),
     ("flask", ("flask/*", "werkzeug/routing/*", "werkzeug/local.py:*", "blinker/*",
                "app/__init__.py:*", "app/errors.py:*")),

@@ -9,7 +9,7 @@ read, started and stopped by the lab with the stage's servers (benchmarks/run/st
                               not a request of the load)
   prometheus                  on the metrics host, on the client's CPUs (not the measured
                               servers' core), scraping each app host's HTTP server
-                              /metrics (app/metrics.py: the app runs with FLASK_METRICS=1
+                              /metrics (app/watchers/metrics.py: the app runs with FLASK_METRICS=1
                               and a PROMETHEUS_MULTIPROC_DIR of its own per server) and
                               the two exporters, every SCRAPE_INTERVAL_S
 
@@ -49,7 +49,7 @@ SCRAPE_INTERVAL_S = 1
 BINARIES = ("prometheus", "prometheus-nginx-exporter", "prometheus-redis-exporter")
 INSTALL = ("make setup installs them, or as root: apt-get install --no-install-recommends "
            + " ".join(BINARIES))
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # app/metrics.py's (prometheus_client's) name
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # app/watchers/metrics.py's (prometheus_client's) name
 # The app's request rate and its p99, from its counter and its histogram
 REQUESTS = "chat_http_requests_total"
 RATE = "sum(rate(chat_http_requests_total[{w}]))"
@@ -153,7 +153,7 @@ class Prometheus:
 
     def app_env(self, role: str, server: str) -> dict[str, str]:
         """What an app server runs with: the app's instruments on, and a folder for its
-        processes' values (app/metrics.py), one per server, empty when it starts (the
+        processes' values (app/watchers/metrics.py), one per server, empty when it starts (the
         stage's own; `flask seed-users`, given the same, serves nothing and writes none)."""
         return {"FLASK_METRICS": "1", MULTIPROC_ENV: str(self.folder(f"{role}-{server}"))}
 

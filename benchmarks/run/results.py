@@ -223,7 +223,7 @@ def count_log(stage: Stage) -> str:
 def latency_log(stage: Stage) -> str:
     """The log that times a stage's requests: the entry point's own times (Nginx's
     `$request_time`; gunicorn's `%(L)s`; under `flask run`, which times nothing, the
-    app's own lines, app/access_log.py, in the same file gunicorn would use)."""
+    app's own lines, app/watchers/access_log.py, in the same file gunicorn would use)."""
     return NGINX_ACCESS_LOG if stage.front else APP_ACCESS_LOG
 
 

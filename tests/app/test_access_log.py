@@ -1,4 +1,4 @@
-"""The app's own timed access log (app/access_log.py), which `flask run` stages use for
+"""The app's own timed access log (app/watchers/access_log.py), which `flask run` stages use for
 the server's latency (benchmarks/analysis/access_logs.py: server_latency); and no token
 in any log: the app's, werkzeug's, gunicorn's and Nginx's."""
 
@@ -38,7 +38,7 @@ def test_without_the_setting_no_file_and_no_hook(make_app, tmp_path):
     app = make_app()
     assert app.test_client().get("/healthz").status_code == 200
     assert not list(tmp_path.iterdir())
-    assert not any(f.__module__ == "app.access_log"
+    assert not any(f.__module__ == "app.watchers.access_log"
                    for f in app.before_request_funcs.get(None, []))
 
 

@@ -138,7 +138,7 @@ def test_the_greenlet_settings_are_said_to_be_for_gevent_only(caplog):
 
 
 def test_the_census_is_said_to_be_for_gevent_only(caplog, tmp_path):
-    """GC_CENSUS_DIR (app/gc_census.py) installs its signal handler in gevent mode alone
+    """GC_CENSUS_DIR (app/watchers/gc_census.py) installs its signal handler in gevent mode alone
     (tests/app/test_gc_census.py); elsewhere the log says it writes none."""
     with caplog.at_level(logging.WARNING):
         create_app({"SECRET_KEY": "k", "GC_CENSUS_DIR": str(tmp_path)})

@@ -1,4 +1,4 @@
-"""The Engine.IO guard (app/socket_guard.py) on real gunicorn, eventlet and gevent.
+"""The Engine.IO guard (app/realtime/socket_guard.py) on real gunicorn, eventlet and gevent.
 
 The issue's reproduction first: a polling session, a POST of packet type 9
 (python-engineio 4.15.1 never answered it), then a POST for the session it
@@ -25,7 +25,7 @@ import pytest
 import requests
 import websocket
 
-from app.socket_guard import ClientErrors
+from app.realtime.socket_guard import ClientErrors
 
 # Sessions in the flood; the issue's figure is 2,000 (FTL_FLOOD_SESSIONS=2000).
 FLOOD = int(os.environ.get("FTL_FLOOD_SESSIONS", "300"))

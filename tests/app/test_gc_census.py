@@ -1,4 +1,4 @@
-"""The real-time server's census of its objects (app/gc_census.py), as the capacity study
+"""The real-time server's census of its objects (app/watchers/gc_census.py), as the capacity study
 takes it (benchmarks/studies/capacity/census.py): a real gunicorn on stage 10's config
 (gevent, its collector frozen every 5 s), real Socket.IO clients connected over the
 websocket, a census at rest and one with the clients held."""
@@ -17,8 +17,8 @@ from benchmarks.studies.capacity import census
 
 USERS = 40
 # engineio's Socket, a connected client's Engine.IO session; stage 10 makes its class
-# (app/engineio_socket.py) from engineio's and its own mixins
-SOCKET = re.compile(r"(engineio\.socket|app\.engineio_socket)\.Socket")
+# (app/realtime/engineio_socket.py) from engineio's and its own mixins
+SOCKET = re.compile(r"(engineio\.socket|app\.realtime\.engineio_socket)\.Socket")
 GREENLET = "gevent._gevent_cgreenlet.Greenlet"  # gunicorn's handler of a connection
 
 

@@ -1,8 +1,8 @@
-"""Stage 10's websocket with fewer greenlets a user (app/inline_websocket.py,
-app/ping_timer.py, app/direct_writer.py) on a real gunicorn with gunicorn/realtime.conf.py,
-spoken to frame by frame (wsproto): what simple-websocket's reader greenlet did for a
-client, Engine.IO's ping task and its writer did, still done, and a client that stops
-reading delays no one. The Socket.IO tests on this server: stage 10 in
+"""Stage 10's websocket with fewer greenlets a user (app/realtime/inline_websocket.py,
+app/realtime/ping_timer.py, app/realtime/direct_writer.py) on a real gunicorn with
+gunicorn/realtime.conf.py, spoken to frame by frame (wsproto): what simple-websocket's reader
+greenlet did for a client, Engine.IO's ping task and its writer did, still done, and a client that
+stops reading delays no one. The Socket.IO tests on this server: stage 10 in
 tests/lab/test_realtime_stages.py, and test_engineio_guard.py's and test_fuzz.py's
 gevent server (FLASK_WEBSOCKET_READER=handler FLASK_ENGINEIO_PING=timer
 FLASK_ENGINEIO_WRITER=direct in the environment of `pytest -k gevent`, which
@@ -169,8 +169,8 @@ class SocketIOClient(Client):
 
 
 def test_a_client_that_stops_reading_delays_no_one(url):
-    """Engine.IO's writes never wait for a client (app/direct_writer.py, QueuedWrites in
-    app/inline_websocket.py): while one member of a room reads nothing, the other's
+    """Engine.IO's writes never wait for a client (app/realtime/direct_writer.py, QueuedWrites in
+    app/realtime/inline_websocket.py): while one member of a room reads nothing, the other's
     messages are acked and broadcast to it at once, and its websocket pings answered; the
     stalled member then gets what was sent to it whole and in order."""
     a, b = register(url, "slow"), register(url, "fast")

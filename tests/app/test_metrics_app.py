@@ -1,4 +1,4 @@
-"""The app's Prometheus metrics (app/metrics.py): off by default; on, each request counted
+"""The app's Prometheus metrics (app/watchers/metrics.py): off by default; on, each request counted
 by its route's pattern (bounded labels whatever a client sends) and timed; /metrics in
 Prometheus's text format, never a 5xx; several worker processes summed through
 PROMETHEUS_MULTIPROC_DIR under a real gunicorn (stage 8's config) and a real granian
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import metrics
 from app.settings import ConfigError
+from app.watchers import metrics
 from benchmarks import servers
 from benchmarks.analysis import access_logs
 from benchmarks.sandbox import procs
@@ -150,7 +150,7 @@ def wait_until_booted(master, seconds: float = 60) -> None:
 def test_gunicorn_workers_are_summed_and_an_exited_worker_is_folded(redis_url, tmp_path):
     """Stage 8's config with 3 workers: /metrics answers for every worker's requests,
     whichever serves the scrape, those of a worker that has exited too (the config's
-    child_exit hook folds its files into one a type, app/metrics_exit.py, in the master,
+    child_exit hook folds its files into one a type, app/watchers/metrics_exit.py, in the master,
     without an error)."""
     folder = tmp_path / "prom"
     folder.mkdir()

@@ -1,4 +1,4 @@
-"""app/metrics_exit.py: a dead worker's metric files folded into one, the totals kept."""
+"""app/watchers/metrics_exit.py: a dead worker's metric files folded into one, the totals kept."""
 
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
-from app import metrics_exit
+from app.watchers import metrics_exit
 
 # A worker: counters and a histogram of its own, in the multiprocess folder.
 WORKER = """

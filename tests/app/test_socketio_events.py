@@ -264,7 +264,7 @@ def test_redis_outage_is_an_error_ack_then_recovers(make_app, private_redis, sid
                          ids=["polling", "websocket"])
 def test_an_event_leaves_no_routing_exception_behind(app, side, auth, headers):
     """Flask-SocketIO pushes a request context for /socket.io/ on every event: a rule for the
-    path (app/realtime.py, route_for_events) leaves no NotFound in it, whose traceback would
+    path (app/realtime/server.py, route_for_events) leaves no NotFound in it, whose traceback would
     make every event a garbage cycle (one a freeze could keep: app/gc_policy.py)."""
     if side == "asyncio":
         pytest.skip("Flask-SocketIO's request contexts only (the asyncio server pushes none)")

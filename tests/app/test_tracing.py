@@ -1,4 +1,4 @@
-"""app/tracing.py: off by default, the app unchanged; bad settings refused at start.
+"""app/watchers/tracing.py: off by default, the app unchanged; bad settings refused at start.
 
 Tracing on is exercised in a process of its own (the Redis instrumentor patches
 redis-py for the whole process): tests/lab/test_instruments.py runs the app traced

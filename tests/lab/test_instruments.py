@@ -73,7 +73,7 @@ def test_the_sink_decodes_a_real_export_and_counts_every_span(tmp_path):
 
 def test_a_short_run_gives_every_instrument_a_figure_and_loses_no_span(tmp_path):
     names = ["bare", "flask-exporter", "otel", "otel-10"]
-    if importlib.util.find_spec("app.metrics"):
+    if importlib.util.find_spec("app.watchers.metrics"):
         names.insert(1, "prometheus")
     code, output = run_module("benchmarks.studies.instruments", "--instruments",
                               ",".join(names), "--repeats", "1", "--seconds", "0.05",

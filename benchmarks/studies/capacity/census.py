@@ -1,5 +1,5 @@
 """--census: a connected user's objects and bytes by type, from the real-time server's own
-census (app/gc_census.py) at rest and at the end of each step.
+census (app/watchers/gc_census.py) at rest and at the end of each step.
 
 The study runs the server with FLASK_GC_CENSUS_DIR set to a folder of the stage's own
 (`census_env`: one a server from a Python root can write too), and asks each of its
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from app.gc_census import SIGNAL
+from app.watchers.gc_census import SIGNAL
 from benchmarks.run.cli import StageFailed
 from benchmarks.servers import worker_class
 from benchmarks.studies.capacity import servers

@@ -23,9 +23,9 @@ STEP_HEADER = ("| stage | repeat | users | connected | delivered | delivery p50 
 
 CENSUS_HEADER = "| stage | type | objects a user | bytes a user |"
 CENSUS_TYPES = 10  # types a stage's table shows, by objects a user
-# What the census counts and what it does not (app/gc_census.py), said before its figures
+# What the census counts and what it does not (app/watchers/gc_census.py), said before its figures
 CENSUS_INTRO = (
-    "The real-time server counted its own objects by type (app/gc_census.py, `--census`) "
+    "The real-time server counted its own objects by type (app/watchers/gc_census.py, `--census`) "
     "at rest before any user and at the end of each step, each time after a collection; "
     "a connected user's share is (the step's count - the count at rest) / the users "
     "connected, at the largest step every repeat held (the mean of the repeats). Counted: "
@@ -110,7 +110,7 @@ def stage_line(stage: str, repeats: dict[int, list[dict]]) -> str:
                  f"above its rest")
     ran = {(r.get("python"), r.get("gc_thresholds")) for steps in repeats.values()
            for r in steps if r.get("python")}
-    for python, thresholds in sorted(ran):  # as its server said it (app/gc_log.py)
+    for python, thresholds in sorted(ran):  # as its server said it (app/watchers/gc_log.py)
         said += f"; its server ran {python}, collector thresholds {thresholds}"
     return said
 

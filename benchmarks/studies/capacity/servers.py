@@ -158,17 +158,17 @@ def log_signs(stack: Stack) -> dict[str, int]:
     return found
 
 
-# app/gc_log.py's line: a collection that paused the real-time server (FLASK_GC_LOG_MS)
+# app/watchers/gc_log.py's line: a collection that paused the real-time server (FLASK_GC_LOG_MS)
 GC_LINE = re.compile(r"^gc: generation (\d) took (\d+) ms, (\d+) objects tracked$", re.M)
 
 
-# app/gc_log.py's first line: the Python that runs the real-time server, its thresholds
+# app/watchers/gc_log.py's first line: the Python that runs the real-time server, its thresholds
 STARTED_LINE = re.compile(r"^gc: (\w+ \S+), thresholds (\(.*\))$", re.M)
 
 
 def python(stack: Stack) -> dict[str, str | None]:
     """The real-time server's Python and its collector's thresholds, as the server said
-    them as it started (its log's first app/gc_log.py line); None where it said none."""
+    them as it started (its log's first app/watchers/gc_log.py line); None where it said none."""
     for log in realtime_logs(stack):
         m = STARTED_LINE.search(log.read_text(errors="replace")) if log.exists() else None
         if m:

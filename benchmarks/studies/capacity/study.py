@@ -20,7 +20,7 @@ Writes results/<stamp>-capacity/: capacity.csv (a row per stage, repeat and step
 capacity.json (the rows and each stage's verdict), and per step an HdrHistogram log
 (`<stage>/repeat-R/step-N.hlog`: delivery, ack and connect latencies in µs, tagged).
 With --census, `<stage>/repeat-R/census/` holds the real-time server's census files
-(app/gc_census.py), at rest and at each step's end, and each step's row a connected
+(app/watchers/gc_census.py), at rest and at each step's end, and each step's row a connected
 user's objects and bytes by type (census.py).
 
 With --realtime-python ROOT, each stage runs a second time with its real-time server from
@@ -162,7 +162,7 @@ def line(row: dict) -> str:
 LEAVE_WAIT, LEAVE_SETTLE = 60, 5  # seconds: for the websockets to close, then to settle
 NOFILE_OWN = 1024  # a server's descriptors beside its websockets: logs, Redis, listeners
 NARROW = "narrow-ports"
-GC_LOG_MS = "20"  # the real-time server logs each collection this long (app/gc_log.py)
+GC_LOG_MS = "20"  # the real-time server logs each collection this long (app/watchers/gc_log.py)
 
 
 def measured_stage(stage, processes: int, census_dir: Path | None = None):
@@ -170,7 +170,7 @@ def measured_stage(stage, processes: int, census_dir: Path | None = None):
     without the narrowed port range (lab 06's 1,000 ports, there to show TIME_WAIT):
     Nginx takes a local port for each websocket it opens to the real-time server, so
     that range would cap the users at 1,000 whatever the server; its collections of
-    20 ms or more logged (app/gc_log.py), which the study reads; with `census_dir`
+    20 ms or more logged (app/watchers/gc_log.py), which the study reads; with `census_dir`
     (--census), its census written there on demand (census.py)."""
     env = {**stage.env, "FLASK_GC_LOG_MS": GC_LOG_MS,
            **(census.census_env(census_dir) if census_dir else {})}
@@ -193,7 +193,7 @@ def run_stage(base, processes: int, root: Path | None, opts, args, run_dir: Path
         version = python["python"].split()[-1] if root and python["python"] else None
         if root and not version:
             raise StageFailed(f"the real-time server from {root} did not say its Python "
-                              f"(app/gc_log.py's first line); see {stack.dir}")
+                              f"(app/watchers/gc_log.py's first line); see {stack.dir}")
         name = fanout.label(base, processes, version)
         out = run_dir / (base.dirname + (f"-py{version}" if version else "")
                          + ("" if processes == 1 else f"-x{processes}")) / f"repeat-{repeat}"
@@ -330,8 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "flame graph, and the message queue listener's share of its samples")
     p.add_argument("--census", action="store_true",
                    help="the real-time server counts its objects by type at rest and at the "
-                        "end of each step (app/gc_census.py): a connected user's objects and "
-                        "bytes in the report; each census pauses the server, so off by "
+                        "end of each step (app/watchers/gc_census.py): a connected user's objects "
+                        "and bytes in the report; each census pauses the server, so off by "
                         "default")
     cli.add_sandbox_options(p)
     return p

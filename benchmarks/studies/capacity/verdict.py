@@ -12,7 +12,7 @@ once, by half the objective and by more than the server's longest collection: su
 pause alone breaks the objective); a limit a server's log names (Nginx's
 "worker_connections are not enough", "Too many open files": servers.SIGNS); garbage
 collection (a collection of the real-time server's that paused it for half the
-objective or more, app/gc_log.py's lines); the server's
+objective or more, app/watchers/gc_log.py's lines); the server's
 CPU (the server roles together over 90% of their CPU set's time); descriptors (the
 real-time server within 5% of its `nofile`); the box's threads (the real-time server's
 at 80% of kernel.pid_max or threads-max, which every process's threads share); memory
@@ -123,7 +123,7 @@ def step_row(step: int, users: int, connected: list[dict], held: list[dict], res
 
 
 def pauses_row(pauses: list[tuple[int, int]]) -> dict:
-    """The real-time server's collections of the step (app/gc_log.py): how many, the
+    """The real-time server's collections of the step (app/watchers/gc_log.py): how many, the
     longest, and the objects tracked then."""
     longest = max(pauses, default=(0, 0))
     return {"gc_pauses": len(pauses), "gc_pause_max_ms": longest[0],

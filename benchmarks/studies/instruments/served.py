@@ -4,7 +4,7 @@ mode, per request and per scrape (lab 17).
     python -m benchmarks.studies.instruments.served [--workers 4] [--rate 150]
         [--seconds 10] [--repeats 5]
 
-The in-process study (study.py) measures app/metrics.py in one process, where
+The in-process study (study.py) measures app/watchers/metrics.py in one process, where
 prometheus_client keeps its values in memory. Under gunicorn's several workers the lab
 (and gunicorn/today.conf.py) runs it in multiprocess mode: PROMETHEUS_MULTIPROC_DIR set,
 every sample written into a worker's mmapped file, and every scrape reading and merging

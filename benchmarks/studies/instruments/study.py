@@ -7,8 +7,8 @@
 Stage 8's app called in-process as a WSGI callable, as the floor study calls it
 (benchmarks/studies/floor.py: the chat mix's request types, each warmed up, then a
 timed loop of --seconds; CPU per request of the process, every thread), once bare and
-once with each instrument (variants.py): app/metrics.py's Prometheus counters and
-histogram, prometheus-flask-exporter's defaults, OpenTelemetry (app/tracing.py) at 100%
+once with each instrument (variants.py): app/watchers/metrics.py's Prometheus counters and
+histogram, prometheus-flask-exporter's defaults, OpenTelemetry (app/watchers/tracing.py) at 100%
 and at a sampled share. Each instrument's app is a process of its own (worker.py),
 pinned to the lab's server CPU, so that nothing of one (the Redis patch, the default
 metrics registry) reaches another; Redis is real, started here, on the app's CPU or

@@ -155,8 +155,8 @@ def about(data: dict) -> str:
             f"While it measured, the load average went from {box['load_average'][0]:g} to "
             f"{box['load_average'][1]:g}; other processes used {box['others_cpu_pct']:g}% of "
             f"the app's CPU and {box['others_sink_cpu_pct']:g}% of the sink's. prometheus "
-            f"(app/metrics.py) in {mode} mode (PROMETHEUS_MULTIPROC_DIR); flask-exporter with "
-            "PrometheusMetrics' defaults.")
+            f"(app/watchers/metrics.py) in {mode} mode (PROMETHEUS_MULTIPROC_DIR); flask-exporter "
+            "with PrometheusMetrics' defaults.")
 
 
 def per_type(data: dict) -> str:

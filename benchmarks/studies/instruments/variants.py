@@ -1,11 +1,11 @@
 """The instruments the study measures, by name, and what each changes in the app.
 
 - `bare`: stage 8's app as the floor study builds it (benchmarks/studies/floor.py);
-- `prometheus`: the app's own metrics (app/metrics.py, setting METRICS: a counter and
+- `prometheus`: the app's own metrics (app/watchers/metrics.py, setting METRICS: a counter and
   a latency histogram per route, and /metrics);
 - `flask-exporter`: prometheus-flask-exporter's `PrometheusMetrics(app)` with its
   defaults, applied to the built app (the package people reach for);
-- `otel`: app/tracing.py at 100% sampling (TRACING, TRACE_SAMPLE 1.0): a span per
+- `otel`: app/watchers/tracing.py at 100% sampling (TRACING, TRACE_SAMPLE 1.0): a span per
   request and per Redis command, exported over OTLP/HTTP to the study's sink;
 - `otel-N`: the same keeping N% of the traces (`otel-10`: ParentBased(TraceIdRatioBased(0.1))).
 
@@ -66,7 +66,7 @@ def chosen(spec: str) -> list[dict]:
                            "measured against it, within each repeat")
     out = [parse(n) for n in names]
     if any(v["env"].get("FLASK_METRICS") for v in out) and \
-            importlib.util.find_spec("app.metrics") is None:
-        raise OptionsError("--instruments: prometheus needs app/metrics.py (setting METRICS), "
-                           "which this checkout does not have yet; leave prometheus out")
+            importlib.util.find_spec("app.watchers.metrics") is None:
+        raise OptionsError("--instruments: prometheus needs app/watchers/metrics.py (setting "
+                           "METRICS), which this checkout does not have yet; leave prometheus out")
     return out

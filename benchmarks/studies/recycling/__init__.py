@@ -20,7 +20,7 @@ The metrics part (`--metrics-exit`): the app with FLASK_METRICS=1 in multiproces
 each worker recycled every `--metrics-max-requests`, then the folder's files counted and
 `/metrics` timed (median of 20 scrapes) for each `child_exit` hook: none, prometheus_client's
 documented `mark_process_dead` (it removes live gauges' files only), and `fold`
-(app/metrics_exit.py: the dead worker's counters and histograms folded into one file),
+(app/watchers/metrics_exit.py: the dead worker's counters and histograms folded into one file),
 with the scraped request count held to the requests served.
 
 Requirements: redis-server, taskset, the venv. No root. Writes

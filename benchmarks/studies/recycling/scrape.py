@@ -45,7 +45,7 @@ def of_the_dead(files: list[str], alive: set[int]) -> int:
 def measure(port: int, folder: Path, alive: set[int]) -> dict:
     """Files in the folder (those of workers no longer `alive` apart), then SCRAPES
     scrapes: median and max ms, the count seen last."""
-    from app import metrics_exit
+    from app.watchers import metrics_exit
 
     # under the fold's lock (shared): a worker that exits now is folded before or after
     with metrics_exit.locked(folder, exclusive=False):
@@ -62,7 +62,7 @@ def measure(port: int, folder: Path, alive: set[int]) -> dict:
 
 
 def collect_ms(folder: Path, times: int = 5) -> float:
-    """Median ms of what /metrics does in multiprocess mode (app/metrics.py exposition):
+    """Median ms of what /metrics does in multiprocess mode (app/watchers/metrics.py exposition):
     a fresh registry over the folder's files, rendered, in this process."""
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
@@ -81,8 +81,8 @@ def growth(sample: Path, counts: list[int], scratch: Path) -> list[dict]:
     copies of one real worker's counter and histogram files (`sample`'s, from a run of
     the study: a worker's own, or a fold's archive, which holds the same series) under
     new pids, timed as is, then after folding them all
-    (app/metrics_exit.py), timed again."""
-    from app import metrics_exit
+    (app/watchers/metrics_exit.py), timed again."""
+    from app.watchers import metrics_exit
 
     kinds = [k for k in ("counter", "histogram") if list(sample.glob(f"{k}_*.db"))]
     sources = {k: sorted(sample.glob(f"{k}_*.db"))[0] for k in kinds}  # a worker's or archive

@@ -44,7 +44,7 @@ from engineio import packet as eio_packet
 from engineio import payload as eio_payload
 from socketio import packet as sio_packet
 
-from .errors import error_body
+from ..errors import error_body
 
 # What Engine.IO's Socket.receive() takes from a client; anything else makes it
 # close a polling session and wait (the hang above). On a websocket the upgrade
@@ -112,7 +112,7 @@ def close_session(eio, sid: str) -> None:
     eio.sockets.pop(sid, None)
 
 
-# --- the checks, shared with the asyncio server's guard (app/socket_guard_asgi.py) ---
+# --- the checks, shared with the asyncio server's guard (app/realtime/socket_guard_asgi.py) ---
 
 UNKNOWN_SESSION = "unknown or closed Engine.IO session"
 

@@ -13,7 +13,7 @@ the files are not piling up (lab 17 measures both: benchmarks/studies/recycling)
 
 The fold and a scrape must not interleave (a scrape between the two steps would count
 the worker twice, or not at all, and Prometheus reads a counter that goes down as a
-reset): both hold LOCK_FILE, the fold exclusively, a scrape shared (app/metrics.py).
+reset): both hold LOCK_FILE, the fold exclusively, a scrape shared (app/watchers/metrics.py).
 
 In gunicorn's config (gunicorn/today.conf.py does it when metrics are on):
 

@@ -1,7 +1,7 @@
 """Socket.IO on asyncio: python-socketio's AsyncServer as an ASGI app (app/asgi.py).
 
 The same events, acks, error bodies and guards as the Flask-SocketIO side
-(app/realtime.py), from the same functions: ``connect_state``, ``join_checked``,
+(app/realtime/server.py), from the same functions: ``connect_state``, ``join_checked``,
 ``missed_since`` and ``send_checked`` decide every answer; this module only
 awaits them and python-socketio's own calls (``enter_room``, ``emit``). Every
 event re-checks the connection's token, as there.
@@ -28,9 +28,10 @@ from functools import wraps
 import socketio
 from flask import Flask
 
-from . import health, realtime, socket_guard_asgi
-from .errors import error_body
-from .rooms import room_name
+from .. import health
+from ..errors import error_body
+from ..rooms import room_name
+from . import server, socket_guard_asgi
 
 
 class Refused(Exception):
@@ -43,7 +44,7 @@ class Refused(Exception):
 
 def acked(handler):
     """An event handler whose refusal, or any failure, becomes its ack (as
-    realtime.ack_errors does on the Flask side)."""
+    server.ack_errors does on the Flask side)."""
     @wraps(handler)
     async def wrapped(self, sid, *args):
         try:
@@ -69,13 +70,13 @@ class Events:
 
     async def blocking(self, rule, *args):
         """`rule(*args)` on a worker thread, in the app's context; its failure comes back
-        as Refused, with the ack the Flask side answers (realtime.event_error)."""
+        as Refused, with the ack the Flask side answers (server.event_error)."""
         def run():
             with self.flask_app.app_context():
                 try:
                     return rule(*args), None
                 except Exception as e:
-                    return None, realtime.event_error(e)
+                    return None, server.event_error(e)
 
         value, refusal = await asyncio.to_thread(run)
         if refusal is not None:
@@ -84,29 +85,29 @@ class Events:
 
     async def connect(self, sid, environ, auth=None):
         # ConnectionRefusedError passes through to python-socketio, as on the Flask side.
-        state = await asyncio.to_thread(self.in_context, realtime.connect_state, auth,
+        state = await asyncio.to_thread(self.in_context, server.connect_state, auth,
                                         environ)
         await self.sio.save_session(sid, state)
 
     @acked
     async def join_room(self, sid, data):
         state = await self.sio.get_session(sid)
-        room, after = await self.blocking(realtime.join_checked, state, data)
-        # Join first, then read (realtime.missed_since).
+        room, after = await self.blocking(server.join_checked, state, data)
+        # Join first, then read (server.missed_since).
         await self.sio.enter_room(sid, room_name(room))
         state["room"] = room
-        ack = realtime.joined_ack(room)
+        ack = server.joined_ack(room)
         if after is not None:
-            ack["missed"] = await self.blocking(realtime.missed_since, state, room, after)
+            ack["missed"] = await self.blocking(server.missed_since, state, room, after)
         return ack
 
     @acked
     async def send_message(self, sid, data):
         state = await self.sio.get_session(sid)
-        message = await self.blocking(realtime.send_checked, state, data)
-        # A retry broadcasts again, as on the Flask side (realtime.on_send_message).
+        message = await self.blocking(server.send_checked, state, data)
+        # A retry broadcasts again, as on the Flask side (server.on_send_message).
         await self.sio.emit("newMessage", message, to=room_name(message["roomId"]))
-        return realtime.sent_ack(message)
+        return server.sent_ack(message)
 
     async def healthz(self, scope, receive, send):
         """/healthz as the Flask app answers it (health.report), asyncMode "asgi";
@@ -130,10 +131,10 @@ class Events:
 
 
 def create_server(flask_app: Flask) -> socketio.AsyncServer:
-    """The AsyncServer, with the options Flask-SocketIO gets (realtime.server_options)
+    """The AsyncServer, with the options Flask-SocketIO gets (server.server_options)
     and the same Redis message queue and channel."""
     config = flask_app.config
-    options = realtime.server_options(config)
+    options = server.server_options(config)
     if config["SOCKETIO_MESSAGE_QUEUE"]:
         options["client_manager"] = socketio.AsyncRedisManager(
             config["REDIS_URL"], channel=config["SOCKETIO_CHANNEL"])

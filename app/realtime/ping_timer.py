@@ -14,7 +14,7 @@ ping, Engine.IO's service task closes a socket whose client did not answer withi
 ``ping_timeout`` (``check_ping_timeout``), a closed socket is not pinged. The callback
 never blocks: it puts on the socket's queue, which has no bound.
 
-Installed on a server's sockets at their connect (``install``, app/engineio_socket.py).
+Installed on a server's sockets at their connect (``install``, app/realtime/engineio_socket.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from . import engineio_socket
 
 
 class TimerPing:
-    """engineio Socket's ping on a timer (a mixin: app/engineio_socket.py)."""
+    """engineio Socket's ping on a timer (a mixin: app/realtime/engineio_socket.py)."""
 
     def schedule_ping(self):
         # engineio's schedule_ping, a loop timer in place of the task

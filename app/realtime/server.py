@@ -35,13 +35,14 @@ from flask_socketio import SocketIO, join_room
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from . import chat_store, direct_writer, inline_websocket, ping_timer, socket_guard
-from .errors import error_body, redis_unavailable
-from .redis_store import get_redis
-from .rooms import broadcast_message, room_name, room_or_abort, save_message
-from .settings import DEFAULTS
-from .tokens import TokenError, live_claims, socket_token
-from .validation import check_content, check_message_key, parse_id
+from .. import chat_store
+from ..errors import error_body, redis_unavailable
+from ..redis_store import get_redis
+from ..rooms import broadcast_message, room_name, room_or_abort, save_message
+from ..settings import DEFAULTS
+from ..tokens import TokenError, live_claims, socket_token
+from ..validation import check_content, check_message_key, parse_id
+from . import direct_writer, inline_websocket, ping_timer, socket_guard
 
 CATCH_UP_MAX = 200  # messages per joinRoom ack
 
@@ -90,7 +91,7 @@ def redis_error_body(e: RedisError) -> dict:
 
 
 # --- the rules of every event, shared by Flask-SocketIO's handlers below and the
-# asyncio server's (app/realtime_asgi.py). Each takes the connection's state (the
+# asyncio server's (app/realtime/server_asgi.py). Each takes the connection's state (the
 # dict `connect_state` made: Flask-SocketIO's session here, python-socketio's there)
 # and needs the Flask app's context (settings, Redis); each fails with an
 # HTTPException or a RedisError, which `event_error` turns into the ack.

@@ -9,7 +9,7 @@ Python frames: about 8 KiB here; lab 16) whose only work is a queue's.
 
 Here the socket's queue, once its websocket is served, is a ``DirectQueue``: ``put``
 writes the packet at once, in the sender's greenlet, and never waits, since the
-websocket's writes never do (app/inline_websocket.py's ``QueuedWrites``: what a slow
+websocket's writes never do (app/realtime/inline_websocket.py's ``QueuedWrites``: what a slow
 client does not take waits, in order, for a greenlet that lives only while some waits).
 So this needs ``WEBSOCKET_READER=handler``. Engine.IO's semantics stay: packets leave in
 the order they were sent; the queue's None (``close``, the handler's end) closes the
@@ -60,7 +60,7 @@ class DirectQueue:
 
 class DirectWriter:
     """engineio Socket's websocket served with no writer greenlet (a mixin:
-    app/engineio_socket.py)."""
+    app/realtime/engineio_socket.py)."""
 
     def _websocket_handler(self, ws):
         # engineio's Socket._websocket_handler for a connection made over websocket, with

@@ -1,5 +1,5 @@
 """engineio's Socket with our changes for gevent mode, each a mixin a setting adds
-(app/ping_timer.py's TimerPing, app/direct_writer.py's DirectWriter).
+(app/realtime/ping_timer.py's TimerPing, app/realtime/direct_writer.py's DirectWriter).
 
 engineio makes its Socket in ``Server._handle_connect`` with no say in the class; the
 server's ``connect`` event is the first moment the socket is ours, before its first

@@ -25,7 +25,7 @@ worker that exits (the ``child_exit`` hook of gunicorn/today.conf.py, stages 8 a
 says why); granian has no such hook, and none is needed while the app has no live
 gauge (a dead worker's counter and histogram files are meant to stay counted) and its
 workers are not recycled. gunicorn's hook folds the dead worker's files into one a type
-(app/metrics_exit.py), so recycled workers do not pile files up for every scrape to read.
+(app/watchers/metrics_exit.py), so recycled workers do not pile files up for every scrape to read.
 
 Cost on the request path: a ``perf_counter`` in ``before_request``, one counter
 increment and one histogram observation in ``after_request`` (a lock and, in
@@ -40,8 +40,8 @@ from pathlib import Path
 
 from flask import Flask, Response, g, request
 
+from ..settings import ConfigError
 from . import metrics_exit
-from .settings import ConfigError
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name for it
 PATH = "/metrics"
@@ -88,7 +88,7 @@ def exposition() -> tuple[bytes, str]:
         return generate_latest(_instruments["registry"]), CONTENT_TYPE_PLAIN_0_0_4
     registry = CollectorRegistry()  # a fresh one per scrape, as the client's docs say
     multiprocess.MultiProcessCollector(registry, path=path)
-    # not while gunicorn's master folds a dead worker's files (app/metrics_exit.py): the
+    # not while gunicorn's master folds a dead worker's files (app/watchers/metrics_exit.py): the
     # scrape would count it twice, or not at all
     with metrics_exit.locked(Path(path), exclusive=False):
         return generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4

@@ -41,7 +41,7 @@ import os
 
 from flask import Flask
 
-from .settings import ConfigError
+from ..settings import ConfigError
 
 _PROVIDER = None  # this process's TracerProvider, once an app turned tracing on
 _RATIO = None

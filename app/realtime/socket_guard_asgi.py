@@ -1,4 +1,5 @@
-"""The Engine.IO guard of app/socket_guard.py, for the asyncio server (app/realtime_asgi.py).
+"""The Engine.IO guard of app/realtime/socket_guard.py, for the asyncio server
+(app/realtime/server_asgi.py).
 
 The same checks, the same answers, the same counted log lines: what a request,
 a polling payload or a websocket frame may hold is decided by socket_guard's
@@ -19,8 +20,8 @@ from __future__ import annotations
 import json
 from urllib.parse import parse_qs
 
+from ..errors import error_body
 from . import socket_guard
-from .errors import error_body
 from .socket_guard import AuthDeadline, ClientErrors, client_address
 
 
