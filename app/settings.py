@@ -258,6 +258,30 @@ def secret_key(secret, dev_mode: bool, logger: logging.Logger) -> str:
     return str(secret)
 
 
+def validate_realtime(config: dict) -> None:
+    """The real-time server's settings: async mode, and how a websocket is read, pinged
+    and written."""
+    check_async_mode(config.get("SOCKETIO_ASYNC_MODE"))
+    check_choice("WEBSOCKET_READER", config.get("WEBSOCKET_READER"), WEBSOCKET_READERS)
+    check_choice("ENGINEIO_PING", config.get("ENGINEIO_PING"), ENGINEIO_PINGS)
+    check_choice("ENGINEIO_WRITER", config.get("ENGINEIO_WRITER"), ENGINEIO_WRITERS)
+    if config["ENGINEIO_WRITER"] == "direct" and config["WEBSOCKET_READER"] != "handler":
+        raise ConfigError("ENGINEIO_WRITER=direct needs WEBSOCKET_READER=handler (its "
+                          "websocket's writes never wait: app/realtime/inline_websocket.py)")
+
+
+def validate_collector(config: dict) -> None:
+    """The collector's settings: its log, freeze, census and thresholds."""
+    config["GC_LOG_MS"] = off_or_number("GC_LOG_MS", config.get("GC_LOG_MS"), "ms")
+    config["GC_FREEZE_EVERY"] = off_or_number("GC_FREEZE_EVERY", config.get("GC_FREEZE_EVERY"),
+                                              "seconds")
+    config["GC_CENSUS_DIR"] = census_dir(config.get("GC_CENSUS_DIR"))
+    try:
+        config["GC_THRESHOLDS"] = gc_policy.thresholds(config.get("GC_THRESHOLDS"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def validate(config: dict, logger: logging.Logger) -> None:
     """Check and normalise `config` in place; raise ConfigError when it is unusable."""
     for name in ("DEV_MODE", "SOCKETIO_MESSAGE_QUEUE", "FUSED_ROUND_TRIPS", "COOKIE_SESSION",
@@ -286,13 +310,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
 
     config["CORS_ALLOWED_ORIGINS"] = cors_origins(config.get("CORS_ALLOWED_ORIGINS"))
     config["SOCKETIO_TRANSPORTS"] = transports(config.get("SOCKETIO_TRANSPORTS"))
-    check_async_mode(config.get("SOCKETIO_ASYNC_MODE"))
-    check_choice("WEBSOCKET_READER", config.get("WEBSOCKET_READER"), WEBSOCKET_READERS)
-    check_choice("ENGINEIO_PING", config.get("ENGINEIO_PING"), ENGINEIO_PINGS)
-    check_choice("ENGINEIO_WRITER", config.get("ENGINEIO_WRITER"), ENGINEIO_WRITERS)
-    if config["ENGINEIO_WRITER"] == "direct" and config["WEBSOCKET_READER"] != "handler":
-        raise ConfigError("ENGINEIO_WRITER=direct needs WEBSOCKET_READER=handler (its "
-                          "websocket's writes never wait: app/realtime/inline_websocket.py)")
+    validate_realtime(config)
     for name in ATTEMPT_LIMITS:
         try:
             limits.parse_many(str(config.get(name)))
@@ -300,14 +318,7 @@ def validate(config: dict, logger: logging.Logger) -> None:
             raise ConfigError(f"{name} (FLASK_{name}) must be a limit like '10 per minute', "
                               f"not {config.get(name)!r}") from None
 
-    config["GC_LOG_MS"] = off_or_number("GC_LOG_MS", config.get("GC_LOG_MS"), "ms")
-    config["GC_FREEZE_EVERY"] = off_or_number("GC_FREEZE_EVERY", config.get("GC_FREEZE_EVERY"),
-                                              "seconds")
-    config["GC_CENSUS_DIR"] = census_dir(config.get("GC_CENSUS_DIR"))
-    try:
-        config["GC_THRESHOLDS"] = gc_policy.thresholds(config.get("GC_THRESHOLDS"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    validate_collector(config)
     for name, kind in [(n, int) for n in _INTS] + [(n, float) for n in _FLOATS]:
         value = config.get(name)
         try:
