@@ -47,31 +47,41 @@ def starting_requests(users: int) -> int:
 def fit_port_range(box: sandbox.Sandbox, rps: float | None, opts: RunOptions,
                    users: int) -> str | None:
     """Stage 4's lesson, on any machine: narrow the connecting hosts' port range further
-    when this machine is too slow to fill it early in the measured window.
-
-    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
-    so at R requests a second the range fills in ports / R seconds. `rps` is the
-    warm-up's, straight to the app; through Nginx, and on a busy box, R was seen 2-5
-    times lower, so the range is sized to fill within an eighth of the window at `rps`;
-    and to no more than the requests Locust's `users` make as they start (when that is
-    at least MIN_PORTS), so that it fills once they have started, however slowly.
-    Only stages whose profile narrows the range and whose checks want it exhausted (the
-    others keep the profile's: stage 7's app host, narrowed to 100, once ran out of
-    ports toward Redis), only on hosts (never the machine's own). The new range, or
-    None when the profile's stands.
+    when this machine is too slow to fill it early in the measured window (the sizing:
+    ports_to_fill). Only stages whose profile narrows the range and whose checks want it
+    exhausted (the others keep the profile's: stage 7's app host, narrowed to 100, once
+    ran out of ports toward Redis), only on hosts (never the machine's own). The new
+    range, or None when the profile's stands.
     """
-    if not (box.network and rps and "narrow-ports" in box.stage.sysctl
+    if not (box.network and "narrow-ports" in box.stage.sysctl
             and checks.PORTS_EXHAUSTED in box.stage.checks):
         return None
     low, high = (int(x) for x in stages.sysctl_profile("narrow-ports")[PORT_RANGE].split())
-    wanted = max(MIN_PORTS, int(rps * opts.duration / FILL_WITHIN))
+    wanted = ports_to_fill(rps, opts.duration, users)
     if wanted >= high - low + 1:
         return None
-    if starting_requests(users) >= MIN_PORTS:
-        wanted = min(wanted, starting_requests(users))
     value = f"{low} {low + wanted - 1}"
     _write(box, {PORT_RANGE: value})
     return value
+
+
+def ports_to_fill(rps: float | None, duration: float, users: int) -> int:
+    """How many local ports the measured window fills early, at R requests a second.
+
+    Every request through Nginx (no upstream keep-alive) holds a local port for 60 s,
+    so the range fills in ports / R seconds. `rps` is the warm-up's, straight to the
+    app; through Nginx, and on a busy box, R was seen 2-5 times lower, so the range is
+    sized to fill within an eighth of the window at `rps`; and to no more than the
+    requests Locust's `users` make as they start (when that is at least MIN_PORTS), so
+    that it fills once they have started, however slowly. With no rate (no warm-up, or
+    one that answered nothing: a 1 s warm-up on a box half as fast beside the rest of the
+    suite once did), that bound alone.
+    """
+    start = starting_requests(users)
+    if not rps:
+        return max(MIN_PORTS, start)
+    wanted = max(MIN_PORTS, int(rps * duration / FILL_WITHIN))
+    return min(wanted, start) if start >= MIN_PORTS else wanted
 
 
 def fit_tw_cap(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> int | None:
@@ -79,12 +89,12 @@ def fit_tw_cap(box: sandbox.Sandbox, rps: float | None, opts: RunOptions) -> int
     machine is too slow to reach it early. Each request leaves one TIME_WAIT toward
     Redis for 60 s, from the warm-up on (the host is new at the stage's start), so the
     cap fills in cap / R seconds; it is sized to fill within the first third of warm-up
-    and window at the warm-up's rate (a busy box was seen at a third of it). The new
-    cap, or None when the profile's 4,096 stands."""
-    if not (box.network and rps and "tw-cap" in box.stage.sysctl):
+    and window at the warm-up's rate (a busy box was seen at a third of it), or with no
+    rate to MIN_TW_CAP. The new cap, or None when the profile's 4,096 stands."""
+    if not (box.network and "tw-cap" in box.stage.sysctl):
         return None
     cap = int(stages.sysctl_profile("tw-cap")[TW_BUCKETS])
-    wanted = max(MIN_TW_CAP, int(rps * (opts.warmup + opts.duration) / TW_FILL_WITHIN))
+    wanted = max(MIN_TW_CAP, int((rps or 0) * (opts.warmup + opts.duration) / TW_FILL_WITHIN))
     if wanted >= cap:
         return None
     _write(box, {TW_BUCKETS: str(wanted)})
@@ -95,18 +105,22 @@ def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, users: int,
                ports: str | None, cap: int | None) -> None:
     """What this module changed for this machine's speed, if anything, said in the run."""
     where = ", ".join(stage.connecting_roles)
+    rate = (f"the warm-up answered {rps:.0f} req/s" if rps else
+            "the warm-up gave no rate (none, or nothing answered in it)")
     if ports:
-        say(f"  port range {ports} on {where}: the warm-up answered {rps:.0f} req/s, so the "
-            f"narrowed range fills within the first 1/{FILL_WITHIN} of "
-            f"{opts.duration:g} s at that rate")
         low, high = (int(x) for x in ports.split())
+        if rps:
+            say(f"  port range {ports} on {where}: {rate}, so the narrowed range fills "
+                f"within the first 1/{FILL_WITHIN} of {opts.duration:g} s at that rate")
+        else:
+            say(f"  port range {ports} on {where}: {rate}")
         if high - low + 1 == starting_requests(users):
             say(f"  and it is no larger than the {starting_requests(users)} requests its "
                 f"{users} users make as they start: full once they have, at any rate")
     if cap:
-        say(f"  tcp_max_tw_buckets {cap} on {where}: the warm-up answered {rps:.0f} req/s, "
-            f"so the cap fills within the first 1/{TW_FILL_WITHIN} of warm-up and "
-            f"window at that rate")
+        say(f"  tcp_max_tw_buckets {cap} on {where}: {rate}, so the cap fills within the "
+            f"first 1/{TW_FILL_WITHIN} of warm-up and window at that rate" if rps else
+            f"  tcp_max_tw_buckets {cap} on {where}: {rate}, so the lowest the lab sets")
 
 
 def fit(box: sandbox.Sandbox, rps: float | None, opts: RunOptions, users: int) -> None:
