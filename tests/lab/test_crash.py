@@ -136,6 +136,30 @@ def test_the_recovery_limit_is_5_s_or_the_boxs_own_start_up_where_longer():
     assert judged["crash_http_recovery_s"]["expected"] == "crash_http_recovery_s <= 7.3"
 
 
+def test_the_limit_is_5_s_past_the_servers_own_return_where_that_is_later():
+    """crash.recovery_limit: a new worker imports the app under the stage's load, which
+    on a slow box takes longer than the stage's start did; the client's part stays 5 s
+    past its server's first answer, and the probe waits while a server has not answered."""
+    assert crash.recovery_limit(5.0, [0.8, 1.4]) == 6.4
+    assert crash.recovery_limit(7.3, [0.5]) == 7.3  # the start-up's figure, when longer
+    assert crash.recovery_limit(5.0, [9.8, 2.0]) == 14.8  # the slowest server's
+    assert crash.recovery_limit(5.0, [2.0, None]) == crash.MAX_LIMIT_S  # one not back yet
+
+
+def test_the_probe_refuses_a_server_url_outside_the_lab_or_one_short(tmp_path):
+    users = tmp_path / "users.json"
+    users.write_text("[]")
+    for servers, said in (("http://198.18.0.30:8000,http://198.18.0.30:8001",
+                           "in the lab's range"),
+                          ("http://127.0.0.1:9", "1 URL(s) for 2 --kill pid(s)")):
+        result = subprocess.run(
+            [sys.executable, "-m", "benchmarks.run.crash", "http://127.0.0.1:9",
+             "--users-file", str(users), "--kill", "1,2", "--servers", servers,
+             "--kill-after", "1", "--duration", "3"], cwd=stages.ROOT, capture_output=True,
+            text=True, timeout=60)
+        assert result.returncode == 2 and said in result.stderr, result
+
+
 def test_the_probe_refuses_a_limit_below_5_s_or_past_its_largest(tmp_path):
     users = tmp_path / "users.json"
     users.write_text("[]")

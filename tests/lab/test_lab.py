@@ -308,8 +308,11 @@ def test_the_crash_twins_come_back_with_nothing_acknowledged_lost(full_run):
         probe = results.read_json(folder / "crash.json")
         assert len(probe["killed_workers"]) == len(stages.get(key).commands()), probe
         assert probe["acked"] > 0 and probe["acked_lost"] == 0, probe
-        # 5 s, or this box's start-up of the stage's servers where that was longer
-        assert probe["recovery_limit_s"] >= checks_mod.RECOVERY_LIMIT_S, probe
+        # 5 s, or this box's start-up of the stage's servers, or 5 s past the killed
+        # servers' own return (each polled straight), whichever was longest
+        assert probe["server_back_s"] is not None, probe
+        assert probe["recovery_limit_s"] >= max(checks_mod.RECOVERY_LIMIT_S,
+                                                probe["server_back_s"] + 5), probe
         assert {c["name"] for c in results.read_json(folder / "checks.json")} == {
             "crash_http_recovery_s", "crash_socketio_recovery_s", "crash_acked_lost"}
     # granian's worker is its listener too (SO_REUSEPORT, one socket a worker): while
@@ -441,7 +444,10 @@ def test_every_stage_is_profiled_and_its_cpu_split(full_run):
     # stage 9: both servers of the app host, py-spy reading granian's Python threads
     stacks = (full_run["run_dir"] / stages.get("9").dirname / results.PROFILE_STACKS)
     views = [ln for ln in stacks.read_text().splitlines() if "granian/wsgi.py" in ln]
-    assert any("app/rooms.py" in ln for ln in views), "no view under granian's threads"
+    # any of the app's views (at half speed a 3 s window may end before a user is past
+    # logging in: rooms.py's were never sampled once, auth.py's and users.py's were)
+    view = re.compile(r"Flask\.dispatch_request \(flask/app\.py\);[^;]+ \(app/")
+    assert any(view.search(ln) for ln in views), "no view under granian's threads"
     # and the Socket.IO server's processes (any of them: idle stacks are left out, and in
     # a 3 s window beside a `lab up` its master's arbiter was never seen on a CPU)
     assert profiled_pids(stacks.parent, "gunicorn"), "the Socket.IO server was not profiled"
