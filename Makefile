@@ -179,13 +179,15 @@ lock:
 arm64-check: $(VENV)/.installed
 	$(PY) -m setup.arm64_wheels $(LOCKS) requirements-notebooks.lock
 
-# Three pytest processes, a test file each at a time (pytest-xdist): most tests wait on
-# servers they started, and every test judges only what it started, so three files run
-# side by side. The lab's checks judge behaviour, which a busy box does not change (the
-# full run's checks passed with four CPU-bound jobs beside it). --no-loadscope-reorder:
-# the files in tests/conftest.py's order, the longest first (xdist would start the
-# files with the most tests first: the full run's began 14 s in, behind test_docs.py).
-PYTEST_PARALLEL = -n 3 --dist loadfile --no-loadscope-reorder
+# Four pytest processes, a test file each at a time (pytest-xdist): most tests wait on
+# servers they started, and every test judges only what it started, so four files run
+# side by side (with three the 2 cores were 86% busy over a fresh clone's suite). The
+# lab's checks judge behaviour, which a busy box does not change (the full run's checks
+# passed with four CPU-bound jobs beside it). --no-loadscope-reorder: the files in
+# tests/conftest.py's order, the longest first (xdist would start the files with the
+# most tests first: the full run's began 14 s in, behind test_docs.py).
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The whole suite, lint first (CI runs this). Its ten slowest tests are listed at the end,
 # so the next slow test is seen when it lands; pytest prints that list before its closing
@@ -200,8 +202,10 @@ test: lint
 # of this box's CPU time (setup/slow-box.sh; SHARE=33 for a third). Root. CI runs
 # `make test-slow TESTS="-m slow"`: the tests that run load, whose checks a slower box
 # could fail if they read its speed (.ci/run).
+# Three pytest processes there, as the half-speed runs were made with (a fourth adds to
+# the contention a slow box already has).
 test-slow:
-	sh setup/slow-box.sh $(MAKE) test
+	sh setup/slow-box.sh $(MAKE) test PYTEST_WORKERS=3
 
 # The quick loop while editing: no load runs.
 test-fast: setup
