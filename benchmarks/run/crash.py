@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -140,6 +141,13 @@ class ServerWatch(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.killed_at, self.back = f"{url}/healthz", killed_at, None
 
+    @classmethod
+    def started(cls, urls: list[str], killed_at: float) -> list[ServerWatch]:
+        watches = [cls(url, killed_at) for url in urls]
+        for watch in watches:
+            watch.start()
+        return watches
+
     def run(self) -> None:
         import requests
 
@@ -166,14 +174,11 @@ def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
     killed_at, killed, joined_again, watches = None, [], None, []
     posts: list[tuple[float, float, int | None]] = []  # (sent, answered, id or None)
 
-    def over() -> bool:
-        """Past the window and the limit's first second, and then both back or past the
-        limit (which waits for the servers' own return)."""
-        now = time.monotonic()
+    def over() -> bool:  # past the window and the limit's first second, then both back
+        now = time.monotonic()  # or past the limit (which waits for the servers' return)
         if now < start + max(duration, kill_after + limit + 1) or killed_at is None:
             return False
-        http_back = any(p for sent, _, p in posts if sent >= killed_at)
-        if http_back and joined_again is not None:
+        if joined_again is not None and any(p for sent, _, p in posts if sent >= killed_at):
             return True
         return now > killed_at + recovery_limit(limit, [w.back for w in watches]) + 1
 
@@ -183,9 +188,7 @@ def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
                 killed_at = time.monotonic()
                 killed = [kill_a_worker(p, holder) for p in servers]
                 member.connected.clear()  # its socket is gone, whether it noticed yet or not
-                watches = [ServerWatch(u, killed_at) for u in server_urls or []]
-                for watch in watches:
-                    watch.start()
+                watches = ServerWatch.started(server_urls or [], killed_at)
             if killed_at and joined_again is None and member.connected.is_set():
                 try:
                     member.rejoin()
@@ -207,12 +210,8 @@ def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
         if member.sio.connected:
             member.sio.disconnect()
     back = [answered for sent, answered, p in posts if killed_at and sent >= killed_at and p]
-    backs = [w.back for w in watches]
     return {"killed_workers": killed, "kill_after_s": kill_after,
-            # a server that never answered again leaves the limit as given
-            "recovery_limit_s": (limit if None in backs
-                                 else round(recovery_limit(limit, backs), 1)),
-            "server_back_s": None if None in backs else max(backs, default=None),
+            **limits(limit, [w.back for w in watches]),
             "http_recovery_s": round(back[0] - killed_at, 3) if back else None,
             "socketio_recovery_s": (round(joined_again - killed_at, 3)
                                     if joined_again else None),
@@ -220,6 +219,15 @@ def run(url: str, accounts: list[dict], servers: list[int], kill_after: float,
             "http_failed": sum(1 for *_, p in posts if p is None),
             "acked_lost": len(acked - member.ids()),
             "caught_up": len(acked & member.fetched), "url": url}
+
+
+def limits(limit: float, backs: list[float | None]) -> dict:
+    """crash.json's limit (to the tenth above) and the slowest server's return; a server
+    that never answered again leaves the limit as given."""
+    if not backs or None in backs:
+        return {"recovery_limit_s": limit, "server_back_s": None}
+    return {"recovery_limit_s": math.ceil(recovery_limit(limit, backs) * 10) / 10,
+            "server_back_s": max(backs)}
 
 
 def wanted(stage) -> bool:
