@@ -129,15 +129,16 @@ system-packages: preflight
 
 # The current stack (everything but the eventlet servers). Plain pip only adds: what a
 # venv holds and its lock does not (eventlet in a .venv from before the split, JupyterLab
-# from before .venv-notebooks) is uninstalled after. PIP_COMPILE=--no-compile: Python
+# from before .venv-notebooks) is uninstalled after. COMPILE_PYC=--no-compile: Python
 # compiles a module the first time it is imported instead; pip would compile all 8,232
 # of .venv's, most never imported (scipy, pandas, the notebooks' tools): 37 s here, 13
 # without. The image compiles them (Containerfile): each container would compile anew.
-PIP_COMPILE ?= --no-compile
+# (Not a PIP_ name: pip reads every PIP_* variable of its environment as an option.)
+COMPILE_PYC ?= --no-compile
 $(VENV)/.installed: requirements.lock requirements.txt requirements-app.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
-	$(PY) -m pip install --quiet $(PIP_COMPILE) --require-hashes -r requirements.lock
+	$(PY) -m pip install --quiet $(COMPILE_PYC) --require-hashes -r requirements.lock
 	$(PY) setup/locks.py --leftovers requirements.lock | xargs -r $(PY) -m pip uninstall --quiet --yes
 	$(PY) -m pip check
 	@touch $@
@@ -145,7 +146,7 @@ $(VENV)/.installed: requirements.lock requirements.txt requirements-app.txt
 $(VENV_EVENTLET)/.installed: requirements-eventlet.lock requirements-eventlet.txt requirements-app.txt
 	@test -x $(VENV_EVENTLET)/bin/python || $(PYTHON) -m venv $(VENV_EVENTLET)
 	$(VENV_EVENTLET)/bin/python -m pip install --quiet pip==$(PIP_VERSION)
-	$(VENV_EVENTLET)/bin/python -m pip install --quiet $(PIP_COMPILE) --require-hashes -r requirements-eventlet.lock
+	$(VENV_EVENTLET)/bin/python -m pip install --quiet $(COMPILE_PYC) --require-hashes -r requirements-eventlet.lock
 	$(VENV_EVENTLET)/bin/python setup/locks.py --leftovers requirements-eventlet.lock | xargs -r $(VENV_EVENTLET)/bin/python -m pip uninstall --quiet --yes
 	$(VENV_EVENTLET)/bin/python -m pip check
 	@touch $@
