@@ -28,8 +28,8 @@ on a box slower than that, as long as the lab took to start the stage's servers
 is longest. A new worker imports the app under the stage's load: under half the CPU
 beside the suite, 9k's Socket.IO client was not back 6 s after the kill (a reconnection
 waited 5 s on the new worker and gave up), where the stage's servers had started
-within 5 s. Exit 0 when both came back within it and nothing
-acknowledged was lost, 1 when not, 2 on bad input or when the probe could not start.
+within 5 s. Exit 0 when both came back within it and nothing acknowledged was lost, 1
+when not, 2 on bad input or when the probe could not start.
 """
 
 from __future__ import annotations

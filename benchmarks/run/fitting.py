@@ -78,9 +78,9 @@ def ports_to_fill(rps: float | None, duration: float, users: int) -> int:
     speed answered 280 requests and left 58 ports in TIME_WAIT by the sampler's last row,
     a third of the 180 its users' starts would have given.
     """
-    start = starting_requests(users)
     if not rps:
         return MIN_PORTS
+    start = starting_requests(users)
     wanted = max(MIN_PORTS, int(rps * duration / FILL_WITHIN))
     return min(wanted, start) if start >= MIN_PORTS else wanted
 
@@ -119,9 +119,9 @@ def say_fitted(stage: Stage, rps: float | None, opts: RunOptions, users: int,
             say(f"  and it is no larger than the {starting_requests(users)} requests its "
                 f"{users} users make as they start: full once they have, at any rate")
     if cap:
-        say(f"  tcp_max_tw_buckets {cap} on {where}: {rate}, so the cap fills within the "
-            f"first 1/{TW_FILL_WITHIN} of warm-up and window at that rate" if rps else
-            f"  tcp_max_tw_buckets {cap} on {where}: {rate}, so the lowest the lab sets")
+        how = (f"the cap fills within the first 1/{TW_FILL_WITHIN} of warm-up and window at "
+               "that rate" if rps else "the lowest the lab sets")
+        say(f"  tcp_max_tw_buckets {cap} on {where}: {rate}, so {how}")
 
 
 def fit(box: sandbox.Sandbox, rps: float | None, opts: RunOptions, users: int) -> None:
