@@ -194,7 +194,9 @@ def test_a_client_that_stops_reading_delays_no_one(url):
         fast.send(Ping(payload=b"still there"))
         assert fast.next(Pong).payload == b"still there"
         took = time.monotonic() - started
-        assert took < 5, took  # the slow member's 420 KB did not wait for it
+        # the slow member's 420 KB did not wait for it: within the loop's 10 s (5.5 s on
+        # arm64 under qemu-user, the image test; 5 s was this box's speed, not the reason)
+        assert took < 10, took
         slow.sock.setblocking(True)
         got = []
         while len(got) < count and (packet := slow.next_packet()) is not None:
